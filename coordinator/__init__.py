@@ -1,0 +1,1 @@
+"""Coordinator workload: claim due reminders into the outbox and publish them."""

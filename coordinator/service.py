@@ -1,0 +1,96 @@
+"""Claim due reminders and write their outbox rows in one transaction, then publish."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import os
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+
+from reminder_core.db.queries import query
+from reminder_core.outbox import publish_outbox_rows
+from reminder_core.queue import Queue
+from reminder_core.worker.loop import TickResult
+
+log = logging.getLogger(__name__)
+
+
+def default_worker_id(kind: str) -> str:
+    """A worker id that names host and process, e.g. "coordinator@host:1234"."""
+    return f"{kind}@{socket.gethostname()}:{os.getpid()}"
+
+
+class Coordinator:
+    """Claims due reminders (`FOR UPDATE SKIP LOCKED`) into the transactional outbox.
+
+    Args:
+        engine: database engine.
+        queue: where claimed occurrences are published right after commit (fast path).
+        lookahead_s: claim reminders due up to this many seconds after `now`; their
+            messages are delayed until the due time.
+        batch_size: most reminders claimed per tick.
+        worker_id: written to `reminders.claimed_by`.
+    """
+
+    name = "coordinator"
+
+    def __init__(
+        self,
+        engine: Engine,
+        queue: Queue,
+        *,
+        lookahead_s: float,
+        batch_size: int,
+        worker_id: str | None = None,
+    ) -> None:
+        self._engine = engine
+        self._queue = queue
+        self.lookahead_s = lookahead_s
+        self.batch_size = batch_size
+        self.worker_id = worker_id or default_worker_id(self.name)
+
+    def claim(self, now: datetime) -> list[tuple[Any, dict[str, Any]]]:
+        """Claim due reminders and insert their outbox rows; commit.
+
+        Args:
+            now: aware UTC; reminders with next_run_utc <= now + lookahead_s are due.
+
+        Returns:
+            (outbox id, payload) per claimed reminder, in claim order; payload is
+            {"reminder_id", "run_time_utc" (ISO 8601 UTC), "version", "user_id"}.
+
+        Side effects: one committed transaction (claim + outbox together, DESIGN §4.2).
+        """
+        horizon = now + timedelta(seconds=self.lookahead_s)
+        with self._engine.begin() as conn:
+            rows = conn.execute(
+                query("claim_due"),
+                {
+                    "horizon": horizon,
+                    "now": now,
+                    "limit": self.batch_size,
+                    "worker": self.worker_id,
+                },
+            ).all()
+        return [(r.id, dict(r.payload)) for r in rows]
+
+    def run_once(self, now: datetime) -> TickResult:
+        """Claim one batch, then publish it (a failed publish is left to the sweeper)."""
+        claimed = self.claim(now)
+        published = 0
+        if claimed:
+            try:
+                published = publish_outbox_rows(self._engine, self._queue, claimed, now=now)
+            except Exception:
+                log.exception(
+                    "publishing %d claimed occurrences failed; the outbox sweeper will retry",
+                    len(claimed),
+                )
+        return TickResult(
+            processed=len(claimed),
+            more=len(claimed) >= self.batch_size,
+            counts={"claimed": len(claimed), "published": published},
+        )

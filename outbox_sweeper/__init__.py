@@ -1,0 +1,1 @@
+"""Outbox sweeper workload: republish outbox rows the fast path left unpublished."""

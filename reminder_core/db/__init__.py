@@ -1,0 +1,1 @@
+"""Database access: schema (models), engines and sessions, named hot-path SQL."""

@@ -1,0 +1,204 @@
+"""SQLAlchemy 2 declarative schema of DESIGN §2; Alembic migrations are made from it.
+
+Every instant is `timestamptz`; states are text with a CHECK constraint; invariants that
+the data must keep are CHECK constraints too, so a bug cannot store an impossible row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from reminder_core.domain.states import DeliveryStatus, ReminderStatus
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+UUIDV7 = text("reminders_uuidv7()")
+NOW = text("now()")
+
+
+def _in(column: str, values: list[str]) -> str:
+    quoted = ", ".join(f"'{v}'" for v in values)
+    return f"{column} IN ({quoted})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Reminder(Base):
+    """One reminder: its schedule, its state, and the next occurrence to send."""
+
+    __tablename__ = "reminders"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True, server_default=UUIDV7)
+    user_id: Mapped[str] = mapped_column(Text)
+    title: Mapped[str] = mapped_column(Text)
+    body: Mapped[str | None] = mapped_column(Text)
+    template: Mapped[str] = mapped_column(Text, server_default="reminder")
+    # Local wall-clock date-time, no offset (DESIGN §3): `timestamp without time zone`.
+    start_local: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=False))
+    all_day: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    timezone: Mapped[str | None] = mapped_column(Text)  # NULL: follow the profile's zone
+    rrule: Mapped[str | None] = mapped_column(Text)  # NULL: one-time
+    exdates: Mapped[list[datetime]] = mapped_column(
+        ARRAY(TIMESTAMP(timezone=False)), server_default=text("'{}'")
+    )
+    dst_nonexistent: Mapped[str] = mapped_column(Text, server_default="shift")
+    dst_ambiguous: Mapped[str] = mapped_column(Text, server_default="first")
+    misfire_policy: Mapped[str] = mapped_column(Text, server_default="latest")
+    max_lateness_s: Mapped[int] = mapped_column(Integer, server_default=text("3600"))
+    next_run_utc: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str] = mapped_column(Text, server_default=ReminderStatus.PENDING.value)
+    version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    claimed_by: Mapped[str | None] = mapped_column(Text)
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    client_request_id: Mapped[str | None] = mapped_column(Text)
+    request_fingerprint: Mapped[str | None] = mapped_column(Text)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+
+    __table_args__ = (
+        CheckConstraint(_in("status", [s.value for s in ReminderStatus]), name="status"),
+        CheckConstraint(_in("dst_nonexistent", ["shift", "skip"]), name="dst_nonexistent"),
+        CheckConstraint(_in("dst_ambiguous", ["first", "last", "both"]), name="dst_ambiguous"),
+        CheckConstraint(_in("misfire_policy", ["latest", "skip", "all"]), name="misfire_policy"),
+        CheckConstraint("max_lateness_s >= 0", name="max_lateness_s"),
+        CheckConstraint("version >= 1", name="version"),
+        CheckConstraint("char_length(title) BETWEEN 1 AND 1000", name="title_length"),
+        CheckConstraint(
+            "status NOT IN ('pending', 'claimed') OR next_run_utc IS NOT NULL",
+            name="due_needs_next_run",
+        ),
+        CheckConstraint(
+            "(status = 'claimed') = (claimed_by IS NOT NULL AND claimed_at IS NOT NULL)",
+            name="claim_fields",
+        ),
+        UniqueConstraint("user_id", "client_request_id"),
+        # The coordinator's claim scans only due pending rows (DESIGN §2).
+        Index(
+            "ix_reminders_due",
+            "next_run_utc",
+            postgresql_where=text("status = 'pending'"),
+        ),
+        Index("ix_reminders_user_created", "user_id", "created_at", "id"),
+        Index("ix_reminders_claimed", "claimed_at", postgresql_where=text("status = 'claimed'")),
+    )
+
+
+class Outbox(Base):
+    """A claimed occurrence waiting to be published to the queue (transactional outbox)."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True, server_default=UUIDV7)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+
+    __table_args__ = (
+        Index(
+            "ix_outbox_unpublished",
+            "created_at",
+            postgresql_where=text("published_at IS NULL"),
+        ),
+    )
+
+
+class DeliveryLog(Base):
+    """One row per occurrence (reminder_id, run_time_utc): the record of what was sent."""
+
+    __tablename__ = "delivery_log"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True, server_default=UUIDV7)
+    reminder_id: Mapped[uuid.UUID] = mapped_column(
+        UUID, ForeignKey("reminders.id", ondelete="CASCADE")
+    )
+    user_id: Mapped[str] = mapped_column(Text)
+    run_time_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str] = mapped_column(Text)
+    provider: Mapped[str | None] = mapped_column(Text)
+    provider_message_id: Mapped[str | None] = mapped_column(Text)
+    recipient: Mapped[str | None] = mapped_column(Text)
+    attempt_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    error: Mapped[str | None] = mapped_column(Text)
+    # Lease: only the holder of lease_token may complete a `sending` row (fencing token).
+    locked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_token: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+
+    __table_args__ = (
+        UniqueConstraint("reminder_id", "run_time_utc"),
+        CheckConstraint(_in("status", [s.value for s in DeliveryStatus]), name="status"),
+        CheckConstraint("status <> 'sent' OR sent_at IS NOT NULL", name="sent_has_sent_at"),
+        CheckConstraint("attempt_count >= 0", name="attempt_count"),
+        Index(
+            "ix_delivery_log_sending",
+            "locked_at",
+            postgresql_where=text("status = 'sending'"),
+        ),
+        Index("ix_delivery_log_provider_message", "provider", "provider_message_id"),
+    )
+
+
+class QueueMessage(Base):
+    """A message of the PostgreSQL queue backend, with SQS semantics.
+
+    `visible_at` is the visibility timeout; `receive_count` counts receives; a message
+    received more than the maximum receive count is moved to the dead-letter queue
+    (`dead_lettered`), as SQS does with a redrive policy.
+    """
+
+    __tablename__ = "queue_messages"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    queue_name: Mapped[str] = mapped_column(Text)
+    body: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    visible_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    receive_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    receipt_handle: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    dead_lettered: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    dead_lettered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+
+    __table_args__ = (
+        CheckConstraint("receive_count >= 0", name="receive_count"),
+        Index(
+            "ix_queue_messages_visible",
+            "queue_name",
+            "visible_at",
+            postgresql_where=text("NOT dead_lettered"),
+        ),
+        Index(
+            "ix_queue_messages_dlq",
+            "queue_name",
+            "dead_lettered_at",
+            postgresql_where=text("dead_lettered"),
+        ),
+    )

@@ -1,0 +1,68 @@
+-- The sender's state machine on delivery_log (DESIGN §4.3): the unique
+-- (reminder_id, run_time_utc) row is inserted as `sending` before the provider call;
+-- only the holder of its lease (lease_token, a fencing token) may complete it.
+
+-- name: reminder_for_send
+SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version
+FROM reminders
+WHERE id = :reminder_id;
+
+-- name: delivery_begin
+-- Take the occurrence: insert it as `sending`, or take over a `sending` row whose lease
+-- expired (its worker died) or was released after a transient error. Returns no row when
+-- another worker holds a live lease or the occurrence is already terminal.
+INSERT INTO delivery_log AS d
+    (reminder_id, user_id, run_time_utc, status, attempt_count, locked_at, lease_token,
+     created_at, updated_at)
+VALUES
+    (:reminder_id, :user_id, :run_time_utc, 'sending', 1, :now, :lease_token, :now, :now)
+ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
+SET attempt_count = d.attempt_count + 1,
+    locked_at = EXCLUDED.locked_at,
+    lease_token = EXCLUDED.lease_token,
+    updated_at = EXCLUDED.updated_at
+WHERE d.status = 'sending' AND (d.locked_at IS NULL OR d.locked_at <= :lease_expired_before)
+RETURNING id, attempt_count;
+
+-- name: delivery_status
+SELECT status FROM delivery_log WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc;
+
+-- name: delivery_record_terminal
+-- Record an occurrence that ends without a provider call (cancelled, superseded); an
+-- existing row (e.g. already `sent`) is left as it is.
+INSERT INTO delivery_log
+    (reminder_id, user_id, run_time_utc, status, error, created_at, updated_at)
+VALUES (:reminder_id, :user_id, :run_time_utc, :status, :error, :now, :now)
+ON CONFLICT (reminder_id, run_time_utc) DO NOTHING;
+
+-- name: delivery_complete
+-- Fenced completion: a worker whose lease was taken over changes nothing.
+UPDATE delivery_log
+SET status = :status,
+    sent_at = :sent_at,
+    provider = :provider,
+    provider_message_id = :provider_message_id,
+    recipient = :recipient,
+    error = :error,
+    locked_at = NULL,
+    lease_token = NULL,
+    updated_at = :now
+WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
+
+-- name: delivery_release
+-- Give the lease back after a transient error so the next receive retries at once.
+UPDATE delivery_log
+SET locked_at = NULL, lease_token = NULL, error = :error, updated_at = :now
+WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
+
+-- name: reminder_finish_occurrence
+-- Move the reminder past the occurrence just handled, unless a newer user change
+-- (cancel, reschedule) already moved it: never overwrite a newer version (DESIGN §4.5).
+UPDATE reminders
+SET status = :status,
+    next_run_utc = :next_run_utc,
+    claimed_by = NULL,
+    claimed_at = NULL,
+    last_error = :last_error,
+    updated_at = :now
+WHERE id = :id AND next_run_utc = :run_time_utc AND status IN ('claimed', 'pending');

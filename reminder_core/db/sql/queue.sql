@@ -1,0 +1,49 @@
+-- The PostgreSQL queue backend, with SQS semantics (visibility timeout, receive count,
+-- redrive to a dead-letter queue after :max_receive_count receives).
+
+-- name: queue_send
+INSERT INTO queue_messages (queue_name, body, visible_at, created_at)
+VALUES (:queue, CAST(:body AS jsonb), :now + make_interval(secs => :delay_s), :now);
+
+-- name: queue_receive
+-- Like SQS ReceiveMessage: a visible message whose receive count already reached the
+-- maximum is moved to the DLQ instead of being returned; the others become invisible for
+-- :visibility_timeout_s and get a fresh receipt handle (a stale receiver cannot delete).
+WITH candidates AS (
+    SELECT id, receive_count
+    FROM queue_messages
+    WHERE queue_name = :queue AND NOT dead_lettered AND visible_at <= :now
+    ORDER BY visible_at, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), dead AS (
+    UPDATE queue_messages AS q
+    SET dead_lettered = true, dead_lettered_at = :now, receipt_handle = NULL
+    FROM candidates AS c
+    WHERE q.id = c.id AND c.receive_count >= :max_receive_count
+    RETURNING q.id
+)
+UPDATE queue_messages AS q
+SET receive_count = q.receive_count + 1,
+    visible_at = :now + make_interval(secs => :visibility_timeout_s),
+    receipt_handle = gen_random_uuid()
+FROM candidates AS c
+WHERE q.id = c.id AND c.receive_count < :max_receive_count
+RETURNING q.id, q.body, q.receipt_handle, q.receive_count, q.created_at;
+
+-- name: queue_delete
+DELETE FROM queue_messages
+WHERE queue_name = :queue AND receipt_handle = ANY(:handles);
+
+-- name: queue_change_visibility
+UPDATE queue_messages
+SET visible_at = :now + make_interval(secs => :timeout_s)
+WHERE queue_name = :queue AND receipt_handle = :handle AND NOT dead_lettered;
+
+-- name: queue_depth
+SELECT
+    count(*) FILTER (WHERE NOT dead_lettered AND visible_at <= :now) AS visible,
+    count(*) FILTER (WHERE NOT dead_lettered AND visible_at > :now) AS not_visible,
+    count(*) FILTER (WHERE dead_lettered) AS dead_lettered
+FROM queue_messages
+WHERE queue_name = :queue;

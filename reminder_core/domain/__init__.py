@@ -1,0 +1,1 @@
+"""Pure domain rules: states, time conversion, keys. No I/O."""

@@ -1,0 +1,133 @@
+"""Local wall-clock time → UTC instants, with the DST policies of DESIGN §3.
+
+Pure functions, no I/O. A local time is a naive `datetime` meaning "this reading of the
+clock on the wall in `zone`"; an instant is an aware UTC `datetime`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from reminder_core.errors import InvalidSchedule
+
+Nonexistent = Literal["shift", "skip"]
+Ambiguous = Literal["first", "last", "both"]
+
+_LOCAL_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$")
+_ZONE_RE = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
+MAX_ZONE_NAME = 64
+
+
+def parse_start_local(value: str, field: str = "start_local") -> datetime:
+    """Parse an ISO 8601 local date-time without offset, to the minute or second.
+
+    Args:
+        value: e.g. "2026-03-08T02:30" or "2026-03-08T02:30:15".
+        field: the request field named in the error.
+
+    Returns:
+        A naive datetime (wall-clock reading, no zone), seconds precision.
+
+    Raises:
+        InvalidSchedule: not of that form (an offset such as "Z" or "+01:00", fractional
+            seconds, a date that does not exist such as February 30).
+    """
+    if not isinstance(value, str) or not _LOCAL_RE.match(value):
+        raise InvalidSchedule(
+            field,
+            "must be a local date-time without offset, 'YYYY-MM-DDTHH:MM' or "
+            f"'YYYY-MM-DDTHH:MM:SS' (the zone goes in 'timezone'); got {value!r}",
+        )
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise InvalidSchedule(field, f"is not a real date-time: {exc}") from None
+
+
+def load_zone(name: str, field: str = "timezone") -> ZoneInfo:
+    """Return the IANA zone `name`.
+
+    Raises:
+        InvalidSchedule: the name is not a known IANA zone (or is not a zone name at all).
+    """
+    if (
+        not isinstance(name, str)
+        or len(name) > MAX_ZONE_NAME
+        or not _ZONE_RE.match(name)
+        or name.lower() in {"localtime", "posixrules"}
+    ):
+        raise InvalidSchedule(field, f"{name!r} is not an IANA time zone name")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise InvalidSchedule(field, f"unknown IANA time zone {name!r}") from None
+
+
+def local_to_utc(
+    local: datetime,
+    zone: ZoneInfo,
+    nonexistent: Nonexistent = "shift",
+    ambiguous: Ambiguous = "first",
+) -> list[datetime]:
+    """Turn one local wall-clock reading into the UTC instants it stands for.
+
+    Rules (DESIGN §3):
+    - A time in the spring-forward gap does not exist. `shift` reads it with the offset in
+      force before the gap (RFC 5545 §3.3.5: 02:30 on 2007-03-11 in America/New_York is
+      07:30Z, i.e. 03:30 EDT); `skip` drops it (RFC 5545 §3.3.10: such an instance is
+      ignored and not counted).
+    - A time in the fall-back overlap occurs twice. `first` takes the earlier instant (the
+      offset before the transition, RFC 5545 §3.3.5), `last` the later, `both` both.
+
+    Args:
+        local: naive datetime (tzinfo must be None).
+        zone: the zone the reading belongs to.
+
+    Returns:
+        0, 1 or 2 aware UTC datetimes in ascending order (0 only for `skip`, 2 only for
+        `both`).
+    """
+    if local.tzinfo is not None:
+        raise ValueError("local must be naive")
+    earlier = local.replace(tzinfo=zone, fold=0)
+    later = local.replace(tzinfo=zone, fold=1)
+    off0, off1 = earlier.utcoffset(), later.utcoffset()
+    if off0 == off1:
+        return [earlier.astimezone(UTC)]
+    if not exists(local, zone):
+        if nonexistent == "skip":
+            return []
+        # PEP 495: in a gap, fold=0 uses the offset in force before the transition.
+        return [(local - _offset(off0)).replace(tzinfo=UTC)]
+    first = (local - _offset(off0)).replace(tzinfo=UTC)
+    second = (local - _offset(off1)).replace(tzinfo=UTC)
+    first, second = min(first, second), max(first, second)
+    if ambiguous == "first":
+        return [first]
+    if ambiguous == "last":
+        return [second]
+    return [first, second]
+
+
+def exists(local: datetime, zone: ZoneInfo) -> bool:
+    """True when the naive reading `local` occurs on the clocks of `zone` (not in a gap)."""
+    aware = local.replace(tzinfo=zone)
+    round_trip = aware.astimezone(UTC).astimezone(zone).replace(tzinfo=None)
+    return round_trip == local
+
+
+def _offset(value: timedelta | None) -> timedelta:
+    return value if value is not None else timedelta(0)
+
+
+def idempotency_key(reminder_id: object, run_time_utc: datetime) -> str:
+    """Provider idempotency key of one occurrence: "<reminder_id>-<YYYYMMDDTHHMMSSZ>".
+
+    The same occurrence always yields the same key, on every attempt and every worker
+    (DESIGN §4.3). It is safe as a file name and an RFC 5322 Message-ID local part.
+    """
+    instant = run_time_utc.astimezone(UTC)
+    return f"{reminder_id}-{instant:%Y%m%dT%H%M%SZ}"

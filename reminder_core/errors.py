@@ -1,0 +1,75 @@
+"""The exception tree of the reminder scheduler.
+
+    ReminderError                      root: every error this product raises on purpose
+    ├── DomainError                    the request or the data is wrong; the caller must change it
+    │   ├── NotFound                   no such object for this user
+    │   ├── Conflict                   the object's state forbids the change (idempotency clash)
+    │   ├── PreconditionFailed         If-Match names a version that is no longer current
+    │   └── InvalidSchedule            the schedule cannot be accepted (field + reason)
+    ├── DeliveryError                  sending one occurrence failed
+    │   ├── TransientDeliveryError     retry later (timeouts, 429, 5xx); may carry retry_after_s
+    │   └── PermanentDeliveryError     never retry (400/422, render error, bad address)
+    └── InfrastructureError            a dependency is unusable (database, queue, profile service)
+
+HTTP status codes live only in `reminder_api/errors.py`.
+"""
+
+from __future__ import annotations
+
+
+class ReminderError(Exception):
+    """Root of every exception the product raises on purpose."""
+
+
+class DomainError(ReminderError):
+    """The request or stored data is wrong; retrying the same call will not help."""
+
+
+class NotFound(DomainError):
+    """No object with that id exists for this user (another user's object is 'not found')."""
+
+
+class Conflict(DomainError):
+    """The object's current state forbids the requested change."""
+
+
+class PreconditionFailed(DomainError):
+    """An If-Match version is stale: re-read the object and try again."""
+
+
+class InvalidSchedule(DomainError):
+    """A schedule field cannot be accepted.
+
+    Attributes:
+        field: the request field at fault, e.g. "start_local" or "timezone".
+        reason: a sentence a user can act on.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class DeliveryError(ReminderError):
+    """Sending one occurrence failed."""
+
+
+class TransientDeliveryError(DeliveryError):
+    """A failure that may pass: retry with backoff.
+
+    Attributes:
+        retry_after_s: seconds the provider asked us to wait (Retry-After), or None.
+    """
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class PermanentDeliveryError(DeliveryError):
+    """A failure that retrying cannot fix: record the occurrence as failed."""
+
+
+class InfrastructureError(ReminderError):
+    """A dependency (database, queue, profile service) is unusable right now."""

@@ -1,0 +1,49 @@
+"""Publishing outbox rows to the queue; shared by the coordinator's fast path and the
+outbox sweeper's safety net."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from reminder_core.db.queries import query
+from reminder_core.queue import Queue
+
+
+def message_delay_s(payload: dict[str, Any], now: datetime) -> float:
+    """Seconds until the occurrence in `payload` is due (0 when already due).
+
+    A reminder claimed ahead of time (lookahead) is delivered at its due time, not early.
+    """
+    run_time = datetime.fromisoformat(payload["run_time_utc"])
+    return max(0.0, (run_time - now).total_seconds())
+
+
+def publish_outbox_rows(
+    engine: Engine,
+    queue: Queue,
+    rows: Sequence[tuple[Any, dict[str, Any]]],
+    *,
+    now: datetime,
+) -> int:
+    """Send the payloads of `rows` ((outbox id, payload)) and mark them published.
+
+    At-least-once: a crash between the send and the mark leaves the rows unpublished and
+    the sweeper sends them again; the sender's unique delivery row absorbs the duplicate.
+
+    Returns:
+        Number of rows sent.
+
+    Raises:
+        InfrastructureError: the queue refused; nothing is marked.
+    """
+    if not rows:
+        return 0
+    payloads = [payload for _, payload in rows]
+    queue.send_batch(payloads, now=now, delays_s=[message_delay_s(p, now) for p in payloads])
+    with engine.begin() as conn:
+        conn.execute(query("outbox_mark_published"), {"ids": [i for i, _ in rows], "now": now})
+    return len(rows)

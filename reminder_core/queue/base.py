@@ -1,0 +1,71 @@
+"""Queue interface with SQS semantics, implemented by the PostgreSQL and SQS backends."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One received message.
+
+    Attributes:
+        message_id: backend id of the message (stable across receives).
+        body: the JSON object that was sent.
+        receipt_handle: handle of this receive; needed to delete or extend it.
+        receive_count: how many times it has been received, this receive included (>= 1).
+    """
+
+    message_id: str
+    body: dict[str, Any]
+    receipt_handle: str
+    receive_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """Approximate counts: visible now, in flight or delayed, and in the dead-letter queue."""
+
+    visible: int
+    not_visible: int
+    dead_lettered: int
+
+
+class Queue(Protocol):
+    """At-least-once queue with a visibility timeout and a dead-letter queue (SQS model)."""
+
+    def send_batch(
+        self, bodies: Sequence[Mapping[str, Any]], *, now: datetime, delays_s: Sequence[float]
+    ) -> None:
+        """Send each body; body i becomes visible `delays_s[i]` seconds after `now`.
+
+        Raises:
+            InfrastructureError: the backend refused or could not be reached; nothing or
+                part of the batch may have been sent (at-least-once: the caller resends).
+        """
+        ...
+
+    def receive(
+        self, *, now: datetime, max_messages: int, visibility_timeout_s: float
+    ) -> list[Message]:
+        """Receive up to `max_messages` visible messages, hiding each for the timeout.
+
+        A message already received the maximum number of times goes to the dead-letter
+        queue instead of being returned.
+        """
+        ...
+
+    def delete(self, receipt_handles: Sequence[str]) -> None:
+        """Delete the received messages; a stale handle deletes nothing."""
+        ...
+
+    def change_visibility(self, receipt_handle: str, *, now: datetime, timeout_s: float) -> None:
+        """Hide a received message for `timeout_s` more seconds from `now` (0: visible now)."""
+        ...
+
+    def depth(self, *, now: datetime) -> QueueDepth:
+        """Return the approximate depth of the queue and its dead-letter queue."""
+        ...

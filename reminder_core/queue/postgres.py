@@ -1,0 +1,97 @@
+"""PostgreSQL table queue backend (`queue_messages`), the default for a laptop."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+
+from reminder_core.db.queries import query
+from reminder_core.errors import InfrastructureError
+from reminder_core.queue.base import Message, QueueDepth
+
+
+class PostgresQueue:
+    """SQS semantics on one table: each statement is its own short transaction.
+
+    Args:
+        engine: database engine.
+        name: queue name (several queues may share the table).
+        max_receive_count: receives after which a message is moved to the DLQ.
+    """
+
+    def __init__(self, engine: Engine, *, name: str, max_receive_count: int) -> None:
+        self._engine = engine
+        self.name = name
+        self.max_receive_count = max_receive_count
+
+    def send_batch(
+        self, bodies: Sequence[Mapping[str, Any]], *, now: datetime, delays_s: Sequence[float]
+    ) -> None:
+        if len(bodies) != len(delays_s):
+            raise ValueError("bodies and delays_s must have the same length")
+        if not bodies:
+            return
+        rows = [
+            {"queue": self.name, "body": json.dumps(dict(b)), "now": now, "delay_s": float(d)}
+            for b, d in zip(bodies, delays_s, strict=True)
+        ]
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(query("queue_send"), rows)
+        except OperationalError as exc:
+            raise InfrastructureError(f"queue send failed: {exc}") from exc
+
+    def receive(
+        self, *, now: datetime, max_messages: int, visibility_timeout_s: float
+    ) -> list[Message]:
+        params = {
+            "queue": self.name,
+            "now": now,
+            "limit": max_messages,
+            "max_receive_count": self.max_receive_count,
+            "visibility_timeout_s": float(visibility_timeout_s),
+        }
+        with self._engine.begin() as conn:
+            rows = conn.execute(query("queue_receive"), params).all()
+        rows.sort(key=lambda r: (r.created_at, r.id))
+        return [
+            Message(
+                message_id=str(r.id),
+                body=dict(r.body),
+                receipt_handle=str(r.receipt_handle),
+                receive_count=r.receive_count,
+            )
+            for r in rows
+        ]
+
+    def delete(self, receipt_handles: Sequence[str]) -> None:
+        if not receipt_handles:
+            return
+        handles = [uuid.UUID(h) for h in receipt_handles]
+        with self._engine.begin() as conn:
+            conn.execute(query("queue_delete"), {"queue": self.name, "handles": handles})
+
+    def change_visibility(self, receipt_handle: str, *, now: datetime, timeout_s: float) -> None:
+        with self._engine.begin() as conn:
+            conn.execute(
+                query("queue_change_visibility"),
+                {
+                    "queue": self.name,
+                    "handle": uuid.UUID(receipt_handle),
+                    "now": now,
+                    "timeout_s": float(timeout_s),
+                },
+            )
+
+    def depth(self, *, now: datetime) -> QueueDepth:
+        with self._engine.connect() as conn:
+            row = conn.execute(query("queue_depth"), {"queue": self.name, "now": now}).one()
+        return QueueDepth(
+            visible=row.visible, not_visible=row.not_visible, dead_lettered=row.dead_lettered
+        )

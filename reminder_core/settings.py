@@ -1,0 +1,125 @@
+"""Configuration of every workload, read from environment variables (pydantic-settings).
+
+Each field below is one row of the configuration table in README.md; the environment
+variable is the field name in upper case (e.g. `DATABASE_URL`, `POLL_INTERVAL_S`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import time
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Typed settings; build one in `main()` and pass it down (never at import time)."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False)
+
+    # --- storage ---
+    database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL URL. Unset: an embedded PostgreSQL under STATE_DIR/pgdata.",
+    )
+    state_dir: Path = Field(
+        default=Path(".reminders"),
+        description="Local state: embedded database, dev JWT secret, mail sink, profiles file.",
+    )
+    db_pool_size: int = Field(default=5, ge=1, le=100)
+
+    # --- queue ---
+    queue_url: str = Field(
+        default="postgres://reminders",
+        description="postgres://<queue name> for the PostgreSQL table queue.",
+    )
+    visibility_timeout_s: float = Field(default=60.0, gt=0, le=43_200)
+    max_receive_count: int = Field(default=5, ge=1, le=1000)
+
+    # --- auth ---
+    jwt_secret: str | None = Field(
+        default=None,
+        description="HMAC key for bearer tokens. Unset: a random key kept in STATE_DIR/jwt_secret.",
+    )
+    jwt_algorithm: str = Field(default="HS256", pattern=r"^(HS256|HS384|HS512)$")
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+
+    # --- profiles ---
+    profile_service_url: str | None = None
+    profiles_file: Path | None = Field(
+        default=None, description="Local profile source (JSON). Unset: STATE_DIR/profiles.json."
+    )
+
+    # --- scheduling ---
+    lookahead_s: float = Field(
+        default=2.0, ge=0, le=300, description="Claim reminders due this far ahead."
+    )
+    claim_batch_size: int = Field(default=500, ge=1, le=10_000)
+    coordinator_poll_interval_s: float = Field(default=1.0, gt=0, le=60)
+    outbox_grace_s: float = Field(
+        default=10.0, ge=0, description="Sweeper republishes rows unpublished for this long."
+    )
+    sweeper_poll_interval_s: float = Field(default=5.0, gt=0, le=300)
+    sender_poll_interval_s: float = Field(default=0.5, gt=0, le=60)
+    sender_batch_size: int = Field(default=10, ge=1, le=10)
+    delivery_lease_s: float = Field(
+        default=120.0, gt=0, description="A `sending` row is taken over after this long."
+    )
+    all_day_local_time: time = time(9, 0)
+    max_title_length: int = 200
+    max_body_length: int = 10_000
+
+    # --- email ---
+    mail_dir: Path | None = Field(
+        default=None, description="File sink directory. Unset: STATE_DIR/mail."
+    )
+    mail_from: str = "Reminders <reminders@localhost>"
+    template_dir: Path | None = Field(
+        default=None, description="Directory whose templates override the built-in ones."
+    )
+
+    # --- process ---
+    shutdown_grace_s: float = Field(default=20.0, gt=0)
+    log_level: str = "INFO"
+
+    @property
+    def effective_mail_dir(self) -> Path:
+        """Directory of the file sink provider (`MAIL_DIR` or STATE_DIR/mail)."""
+        return self.mail_dir or self.state_dir / "mail"
+
+    @property
+    def effective_profiles_file(self) -> Path:
+        """Path of the local profile source (`PROFILES_FILE` or STATE_DIR/profiles.json)."""
+        return self.profiles_file or self.state_dir / "profiles.json"
+
+    def jwt_key(self, *, create: bool = False) -> str:
+        """Return the HMAC key for bearer tokens.
+
+        `JWT_SECRET` wins; otherwise the key stored in STATE_DIR/jwt_secret, so that
+        `reminders token` run in the same directory as `reminders dev` mints tokens the
+        running instance accepts.
+
+        Args:
+            create: write a new random key (0600) when none is stored yet.
+
+        Raises:
+            RuntimeError: no key is configured or stored and `create` is False.
+        """
+        if self.jwt_secret:
+            return self.jwt_secret
+        path = self.state_dir / "jwt_secret"
+        if path.exists():
+            return path.read_text().strip()
+        if not create:
+            raise RuntimeError(
+                f"no JWT key: set JWT_SECRET or run `reminders dev` once in this directory "
+                f"(it stores one in {path})"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(48)
+        path.touch(mode=0o600)
+        path.write_text(key + "\n")
+        return key

@@ -1,0 +1,1 @@
+"""The loop that runs a workload's ticks, and process signal handling."""

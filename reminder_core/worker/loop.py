@@ -1,0 +1,135 @@
+"""One loop for every workload: tick, wait on a stop event, back off after failures.
+
+A workload is a service object with `run_once(now) -> TickResult` that does one tick and
+never sleeps (River's runOnce). The loop owns the timing: jittered start, immediate next
+tick while there is more work, exponential backoff after a failing tick, and a heartbeat
+for liveness probes.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from reminder_core.clock import utcnow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """Counts of one tick.
+
+    Attributes:
+        processed: items handled; a full batch (`more` True) makes the loop tick again at once.
+        more: True when the tick stopped at its batch limit and work may be waiting.
+        counts: named counts for logs and tests (e.g. {"claimed": 12}).
+    """
+
+    processed: int = 0
+    more: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+class Service(Protocol):
+    """A workload that can run one tick."""
+
+    name: str
+
+    def run_once(self, now: datetime) -> TickResult: ...
+
+
+@dataclass
+class Heartbeat:
+    """Last time a loop finished a tick (successfully or not); read by liveness probes."""
+
+    last_tick_at: datetime | None = None
+    consecutive_failures: int = 0
+
+
+def run_loop(
+    service: Service,
+    stop: threading.Event,
+    *,
+    poll_interval_s: float,
+    max_backoff_s: float = 30.0,
+    clock: Callable[[], datetime] = utcnow,
+    heartbeat: Heartbeat | None = None,
+    jitter_start: bool = True,
+) -> None:
+    """Run `service.run_once` until `stop` is set.
+
+    Args:
+        poll_interval_s: seconds to wait after a tick that found no more work.
+        max_backoff_s: cap of the wait after consecutive failing ticks.
+        clock: source of `now` passed to each tick (aware UTC).
+        heartbeat: updated after every tick.
+        jitter_start: wait a random part of one interval first, so replicas spread out.
+
+    Side effects: whatever the ticks do; logs failing ticks. Returns when `stop` is set,
+    after the tick in progress (if any) has finished: a soft stop never cuts a tick.
+    """
+    hb = heartbeat or Heartbeat()
+    if jitter_start and stop.wait(random.uniform(0, poll_interval_s)):
+        return
+    while not stop.is_set():
+        try:
+            result = service.run_once(clock())
+        except Exception:
+            hb.consecutive_failures += 1
+            backoff = min(max_backoff_s, poll_interval_s * 2 ** hb.consecutive_failures)
+            wait = random.uniform(backoff / 2, backoff)
+            log.exception(
+                "%s tick failed (%d in a row); next try in %.1fs",
+                service.name,
+                hb.consecutive_failures,
+                wait,
+            )
+        else:
+            hb.consecutive_failures = 0
+            wait = 0.0 if result.more else poll_interval_s
+            if result.processed:
+                log.debug("%s tick: %s", service.name, result.counts)
+        hb.last_tick_at = clock()
+        if wait and stop.wait(wait):
+            break
+
+
+def start_loops(
+    loops: list[tuple[Service, float]], stop: threading.Event
+) -> list[threading.Thread]:
+    """Start one daemon thread per (service, poll_interval_s); return the threads."""
+    threads = []
+    for service, interval in loops:
+        thread = threading.Thread(
+            target=run_loop,
+            args=(service, stop),
+            kwargs={"poll_interval_s": interval},
+            name=service.name,
+            daemon=True,
+        )
+        thread.start()
+        threads.append(thread)
+    return threads
+
+
+def join_loops(threads: list[threading.Thread], grace_s: float) -> list[str]:
+    """Wait up to `grace_s` seconds in all for the threads; return names of those still alive.
+
+    What a thread abandons at the hard stop is re-driven by its claim or lease timing out.
+    """
+    deadline = threading.Event()
+    timer = threading.Timer(grace_s, deadline.set)
+    timer.start()
+    try:
+        for thread in threads:
+            while thread.is_alive() and not deadline.is_set():
+                thread.join(timeout=0.1)
+    finally:
+        timer.cancel()
+    return [t.name for t in threads if t.is_alive()]

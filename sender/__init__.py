@@ -1,0 +1,1 @@
+"""Sender workload: queue → profile → render → provider → delivery_log."""

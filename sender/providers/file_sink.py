@@ -1,0 +1,74 @@
+"""File sink provider for development: one RFC 5322 `.eml` file per email."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from email.message import EmailMessage
+from email.utils import format_datetime
+from datetime import UTC, datetime
+from pathlib import Path
+
+from reminder_core.errors import TransientDeliveryError
+from sender.providers.base import OutgoingEmail, SendReceipt
+
+
+def build_mime(email: OutgoingEmail, *, idempotency_key: str, now: datetime) -> EmailMessage:
+    """Build the RFC 5322 message: text and HTML alternatives, Message-ID from the key.
+
+    Message-ID is "<idempotency_key@reminders>" and `X-Entity-Ref-ID` carries the key, so
+    a resend of the same occurrence is recognisably the same message.
+    """
+    msg = EmailMessage()
+    msg["From"] = email.sender
+    msg["To"] = email.to
+    msg["Subject"] = email.subject
+    msg["Date"] = format_datetime(now.astimezone(UTC))
+    msg["Message-ID"] = f"<{idempotency_key}@reminders>"
+    msg["X-Entity-Ref-ID"] = idempotency_key
+    msg.set_content(email.text)
+    msg.add_alternative(email.html, subtype="html")
+    return msg
+
+
+class FileSinkProvider:
+    """Writes `<directory>/<idempotency_key>.eml`; accepts each key once, like a real
+    provider honouring an idempotency key (a repeat returns the first receipt).
+
+    The file appears atomically (written aside, then hard-linked into place), so a reader
+    never sees half an email and two concurrent sends of one key produce one file.
+    """
+
+    name = "file"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
+        if "/" in idempotency_key or idempotency_key.startswith("."):
+            raise ValueError(f"unsafe idempotency key {idempotency_key!r}")
+        message_id = f"<{idempotency_key}@reminders>"
+        target = self.directory / f"{idempotency_key}.eml"
+        if target.exists():
+            return SendReceipt(provider=self.name, provider_message_id=message_id)
+        mime = build_mime(email, idempotency_key=idempotency_key, now=datetime.now(UTC))
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".eml")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(bytes(mime))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                try:
+                    os.link(tmp, target)
+                except FileExistsError:
+                    pass  # a concurrent send of the same key won; same receipt
+            finally:
+                os.unlink(tmp)
+        except OSError as exc:
+            raise TransientDeliveryError(f"file sink cannot write {target}: {exc}") from exc
+        return SendReceipt(provider=self.name, provider_message_id=message_id)
+
+
+__all__ = ["FileSinkProvider", "build_mime"]

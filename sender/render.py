@@ -1,0 +1,85 @@
+"""Render an email from Jinja2 templates at send time (so edits to title/body show)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import jinja2
+
+from reminder_core.errors import PermanentDeliveryError
+
+_WS = re.compile(r"\s+")
+MAX_SUBJECT = 250
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedEmail:
+    """Subject (one line), plain-text part and HTML part."""
+
+    subject: str
+    text: str
+    html: str
+
+
+class Renderer:
+    """Renders `<template>.subject.j2`, `<template>.txt.j2` and `<template>.html.j2`.
+
+    Templates in `override_dir` (if given) win over the built-in ones in
+    `sender/templates/`. HTML is autoescaped; a missing template or an undefined variable
+    is an error (StrictUndefined), never a silently empty email.
+    """
+
+    def __init__(self, override_dir: Path | None = None) -> None:
+        loaders: list[jinja2.BaseLoader] = []
+        if override_dir is not None:
+            loaders.append(jinja2.FileSystemLoader(str(override_dir)))
+        loaders.append(jinja2.PackageLoader("sender", "templates"))
+        self._env = jinja2.Environment(
+            loader=jinja2.ChoiceLoader(loaders),
+            autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",)),
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+        )
+
+    def render(
+        self,
+        template: str,
+        *,
+        reminder_id: str,
+        title: str,
+        body: str | None,
+        run_time_utc: datetime,
+        timezone: str,
+    ) -> RenderedEmail:
+        """Render one occurrence.
+
+        Args:
+            template: template name, e.g. "reminder".
+            run_time_utc: aware UTC instant of the occurrence; shown in `timezone`.
+            timezone: IANA zone name the recipient reads times in.
+
+        Raises:
+            PermanentDeliveryError: unknown template, undefined variable or a template
+                error (retrying cannot fix it).
+        """
+        local = run_time_utc.astimezone(ZoneInfo(timezone))
+        context = {
+            "reminder_id": reminder_id,
+            "title": title,
+            "body": body or "",
+            "run_time_utc": run_time_utc.isoformat(),
+            "run_time_local": local.strftime("%Y-%m-%d %H:%M %Z"),
+            "timezone": timezone,
+        }
+        try:
+            subject = self._env.get_template(f"{template}.subject.j2").render(context)
+            text = self._env.get_template(f"{template}.txt.j2").render(context)
+            html = self._env.get_template(f"{template}.html.j2").render(context)
+        except jinja2.TemplateError as exc:
+            raise PermanentDeliveryError(f"template {template!r}: {exc}") from exc
+        subject = _WS.sub(" ", subject).strip()[:MAX_SUBJECT]
+        return RenderedEmail(subject=subject, text=text, html=html)

@@ -1,0 +1,327 @@
+"""Deliver queued occurrences: one `delivery_log` row per occurrence, sent once."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row
+
+from reminder_core.clock import utcnow
+from reminder_core.db.queries import query
+from reminder_core.domain.localtime import idempotency_key
+from reminder_core.domain.states import DeliveryStatus, ReminderStatus
+from reminder_core.errors import (
+    InfrastructureError,
+    PermanentDeliveryError,
+    TransientDeliveryError,
+)
+from reminder_core.metrics import DELIVERY_LAG, SENDS
+from reminder_core.profiles import ProfileSource
+from reminder_core.queue import Message, Queue
+from reminder_core.worker.loop import TickResult
+from sender.providers.base import OutgoingEmail, Provider
+from sender.render import Renderer
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(StrEnum):
+    """What handling one message led to."""
+
+    SENT = "sent"  # delivered now
+    DUPLICATE = "duplicate"  # the occurrence was already terminal; message dropped
+    CANCELLED = "cancelled"  # reminder cancelled or rescheduled since the claim
+    FAILED = "failed"  # permanent error, recorded
+    RETRY = "retry"  # transient error; the message comes back after a backoff
+    BUSY = "busy"  # another worker holds a live lease on the occurrence
+    DROPPED = "dropped"  # malformed message or unknown reminder
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """The message body: which occurrence of which reminder is due."""
+
+    reminder_id: uuid.UUID
+    run_time_utc: datetime
+    user_id: str
+    version: int
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Occurrence:
+        """Parse a queue message body.
+
+        Raises:
+            ValueError: a field is missing or malformed (the message is poison).
+        """
+        try:
+            run_time = datetime.fromisoformat(str(body["run_time_utc"]))
+            if run_time.tzinfo is None:
+                raise ValueError("run_time_utc has no offset")
+            return cls(
+                reminder_id=uuid.UUID(str(body["reminder_id"])),
+                run_time_utc=run_time,
+                user_id=str(body["user_id"]),
+                version=int(body["version"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed message body: {exc!r}") from exc
+
+
+class Sender:
+    """Receives occurrences and delivers each at most once per idempotency key.
+
+    Per message (DESIGN §4): re-read the reminder (a cancel or reschedule wins); insert the
+    unique delivery row as `sending` with a lease, or take over an expired one; render at
+    send time; call the provider outside any transaction; complete the row (fenced by the
+    lease token) and move the reminder on in one transaction; then delete the message.
+
+    Args:
+        engine: database engine.
+        queue: where occurrences arrive.
+        profiles: the user's address and timezone, read for every send.
+        renderer: email templates.
+        provider: where emails go.
+        mail_from: From header.
+        visibility_timeout_s: how long a received message stays hidden.
+        lease_s: a `sending` row older than this is taken over by the next receiver.
+        batch_size: messages per receive (<= 10, as SQS).
+        clock: current time for instants taken after a send (sent_at); aware UTC.
+    """
+
+    name = "sender"
+
+    def __init__(
+        self,
+        engine: Engine,
+        queue: Queue,
+        profiles: ProfileSource,
+        renderer: Renderer,
+        provider: Provider,
+        *,
+        mail_from: str,
+        visibility_timeout_s: float,
+        lease_s: float,
+        batch_size: int = 10,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._engine = engine
+        self._queue = queue
+        self._profiles = profiles
+        self._renderer = renderer
+        self._provider = provider
+        self.mail_from = mail_from
+        self.visibility_timeout_s = visibility_timeout_s
+        self.lease_s = lease_s
+        self.batch_size = batch_size
+        self._clock = clock
+
+    def run_once(self, now: datetime) -> TickResult:
+        """Receive one batch and handle each message; returns counts per outcome."""
+        messages = self._queue.receive(
+            now=now, max_messages=self.batch_size, visibility_timeout_s=self.visibility_timeout_s
+        )
+        counts: dict[str, int] = {}
+        for message in messages:
+            outcome = self.handle(message, self._clock())
+            counts[outcome.value] = counts.get(outcome.value, 0) + 1
+        return TickResult(
+            processed=len(messages), more=len(messages) >= self.batch_size, counts=counts
+        )
+
+    def handle(self, message: Message, now: datetime) -> Outcome:
+        """Handle one received message; see the class docstring for the steps.
+
+        Side effects: delivery_log and reminders rows, the provider call, the message's
+        deletion or visibility change. Never raises for a per-message problem; an
+        infrastructure error (database down) propagates and the message comes back after
+        its visibility timeout.
+        """
+        try:
+            occ = Occurrence.from_body(message.body)
+        except ValueError:
+            log.error("dropping malformed message %s: %r", message.message_id, message.body)
+            self._queue.delete([message.receipt_handle])
+            return Outcome.DROPPED
+
+        lease_token = uuid.uuid4()
+        with self._engine.begin() as conn:
+            reminder = conn.execute(
+                query("reminder_for_send"), {"reminder_id": occ.reminder_id}
+            ).one_or_none()
+            if reminder is None:
+                log.error("dropping message for unknown reminder %s", occ.reminder_id)
+                outcome = Outcome.DROPPED
+            elif not _still_due(reminder, occ):
+                self._record_terminal(conn, occ, DeliveryStatus.CANCELLED, now,
+                                      f"superseded: reminder is {reminder.status}")
+                outcome = Outcome.CANCELLED
+            else:
+                taken = conn.execute(
+                    query("delivery_begin"),
+                    {
+                        "reminder_id": occ.reminder_id,
+                        "user_id": reminder.user_id,
+                        "run_time_utc": occ.run_time_utc,
+                        "now": now,
+                        "lease_token": lease_token,
+                        "lease_expired_before": now - timedelta(seconds=self.lease_s),
+                    },
+                ).one_or_none()
+                if taken is None:
+                    status = conn.execute(
+                        query("delivery_status"),
+                        {"reminder_id": occ.reminder_id, "run_time_utc": occ.run_time_utc},
+                    ).scalar_one_or_none()
+                    outcome = Outcome.BUSY if status == DeliveryStatus.SENDING else Outcome.DUPLICATE
+                else:
+                    delivery_id = taken.id
+                    outcome = Outcome.SENT  # provisional: we hold the lease
+        if outcome is not Outcome.SENT:
+            if outcome is not Outcome.BUSY:
+                self._queue.delete([message.receipt_handle])
+            SENDS.labels(provider=self._provider.name, outcome=outcome.value).inc()
+            return outcome
+        return self._deliver(message, occ, reminder, delivery_id, lease_token)
+
+    def _deliver(
+        self,
+        message: Message,
+        occ: Occurrence,
+        reminder: Row[Any],
+        delivery_id: uuid.UUID,
+        lease_token: uuid.UUID,
+    ) -> Outcome:
+        key = idempotency_key(occ.reminder_id, occ.run_time_utc)
+        recipient: str | None = None
+        try:
+            profile = self._profiles.get(reminder.user_id)
+            if profile is None:
+                raise PermanentDeliveryError(f"no profile for user {reminder.user_id!r}")
+            recipient = profile.email
+            rendered = self._renderer.render(
+                reminder.template,
+                reminder_id=str(reminder.id),
+                title=reminder.title,
+                body=reminder.body,
+                run_time_utc=occ.run_time_utc,
+                timezone=reminder.timezone or profile.timezone,
+            )
+            receipt = self._provider.send(
+                OutgoingEmail(
+                    to=profile.email,
+                    sender=self.mail_from,
+                    subject=rendered.subject,
+                    text=rendered.text,
+                    html=rendered.html,
+                ),
+                idempotency_key=key,
+            )
+        except (TransientDeliveryError, InfrastructureError) as exc:
+            retry_after = getattr(exc, "retry_after_s", None)
+            delay = retry_after if retry_after is not None else min(2.0**message.receive_count, 60)
+            now = self._clock()
+            with self._engine.begin() as conn:
+                conn.execute(
+                    query("delivery_release"),
+                    {"id": delivery_id, "lease_token": lease_token, "error": str(exc), "now": now},
+                )
+            self._queue.change_visibility(message.receipt_handle, now=now, timeout_s=delay)
+            log.warning("transient failure for %s, retry in %.0fs: %s", key, delay, exc)
+            SENDS.labels(provider=self._provider.name, outcome=Outcome.RETRY.value).inc()
+            return Outcome.RETRY
+        except PermanentDeliveryError as exc:
+            self._complete(occ, delivery_id, lease_token, status=DeliveryStatus.FAILED,
+                           recipient=recipient, error=str(exc))
+            self._queue.delete([message.receipt_handle])
+            log.error("permanent failure for %s: %s", key, exc)
+            SENDS.labels(provider=self._provider.name, outcome=Outcome.FAILED.value).inc()
+            return Outcome.FAILED
+
+        sent_at = self._clock()
+        self._complete(occ, delivery_id, lease_token, status=DeliveryStatus.SENT,
+                       recipient=recipient, sent_at=sent_at, provider=receipt.provider,
+                       provider_message_id=receipt.provider_message_id)
+        self._queue.delete([message.receipt_handle])
+        DELIVERY_LAG.observe(max(0.0, (sent_at - occ.run_time_utc).total_seconds()))
+        SENDS.labels(provider=receipt.provider, outcome=Outcome.SENT.value).inc()
+        log.info("sent %s to %s via %s", key, recipient, receipt.provider)
+        return Outcome.SENT
+
+    def _complete(
+        self,
+        occ: Occurrence,
+        delivery_id: uuid.UUID,
+        lease_token: uuid.UUID,
+        *,
+        status: DeliveryStatus,
+        recipient: str | None,
+        error: str | None = None,
+        sent_at: datetime | None = None,
+        provider: str | None = None,
+        provider_message_id: str | None = None,
+    ) -> None:
+        """Complete the delivery row and move the reminder on, in one transaction."""
+        now = self._clock()
+        with self._engine.begin() as conn:
+            done = conn.execute(
+                query("delivery_complete"),
+                {
+                    "id": delivery_id,
+                    "lease_token": lease_token,
+                    "status": status.value,
+                    "sent_at": sent_at,
+                    "provider": provider,
+                    "provider_message_id": provider_message_id,
+                    "recipient": recipient,
+                    "error": error,
+                    "now": now,
+                },
+            ).rowcount
+            if not done:
+                log.warning("lease on %s/%s was taken over; leaving it to the new holder",
+                            occ.reminder_id, occ.run_time_utc.isoformat())
+                return
+            reminder_status = (
+                ReminderStatus.COMPLETED if status is DeliveryStatus.SENT else ReminderStatus.FAILED
+            )
+            conn.execute(
+                query("reminder_finish_occurrence"),
+                {
+                    "id": occ.reminder_id,
+                    "run_time_utc": occ.run_time_utc,
+                    "status": reminder_status.value,
+                    "next_run_utc": None,
+                    "last_error": error,
+                    "now": now,
+                },
+            )
+
+    @staticmethod
+    def _record_terminal(
+        conn: Connection, occ: Occurrence, status: DeliveryStatus, now: datetime, error: str
+    ) -> None:
+        conn.execute(
+            query("delivery_record_terminal"),
+            {
+                "reminder_id": occ.reminder_id,
+                "user_id": occ.user_id,
+                "run_time_utc": occ.run_time_utc,
+                "status": status.value,
+                "error": error,
+                "now": now,
+            },
+        )
+
+
+def _still_due(reminder: Row[Any], occ: Occurrence) -> bool:
+    """True when the reminder still wants this occurrence (no cancel, pause or reschedule)."""
+    return (
+        reminder.status in (ReminderStatus.CLAIMED, ReminderStatus.PENDING)
+        and reminder.next_run_utc == occ.run_time_utc
+    )
