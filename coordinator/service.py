@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-import socket
 import os
+import socket
 from datetime import datetime, timedelta
 from typing import Any
 

@@ -5,7 +5,8 @@
     │   ├── NotFound                   no such object for this user
     │   ├── Conflict                   the object's state forbids the change (idempotency clash)
     │   ├── PreconditionFailed         If-Match names a version that is no longer current
-    │   └── InvalidSchedule            the schedule cannot be accepted (field + reason)
+    │   └── InvalidInput               a request field cannot be accepted (field + reason)
+    │       └── InvalidSchedule        a schedule field (start_local, timezone, rrule, ...)
     ├── DeliveryError                  sending one occurrence failed
     │   ├── TransientDeliveryError     retry later (timeouts, 429, 5xx); may carry retry_after_s
     │   └── PermanentDeliveryError     never retry (400/422, render error, bad address)
@@ -37,11 +38,11 @@ class PreconditionFailed(DomainError):
     """An If-Match version is stale: re-read the object and try again."""
 
 
-class InvalidSchedule(DomainError):
-    """A schedule field cannot be accepted.
+class InvalidInput(DomainError):
+    """A request field cannot be accepted.
 
     Attributes:
-        field: the request field at fault, e.g. "start_local" or "timezone".
+        field: the request field at fault, e.g. "cursor" or "start_local".
         reason: a sentence a user can act on.
     """
 
@@ -49,6 +50,10 @@ class InvalidSchedule(DomainError):
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class InvalidSchedule(InvalidInput):
+    """A schedule field (start_local, timezone, ...) cannot be accepted."""
 
 
 class DeliveryError(ReminderError):

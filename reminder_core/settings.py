@@ -69,8 +69,6 @@ class Settings(BaseSettings):
         default=120.0, gt=0, description="A `sending` row is taken over after this long."
     )
     all_day_local_time: time = time(9, 0)
-    max_title_length: int = 200
-    max_body_length: int = 10_000
 
     # --- email ---
     mail_dir: Path | None = Field(

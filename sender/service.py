@@ -158,8 +158,13 @@ class Sender:
                 log.error("dropping message for unknown reminder %s", occ.reminder_id)
                 outcome = Outcome.DROPPED
             elif not _still_due(reminder, occ):
-                self._record_terminal(conn, occ, DeliveryStatus.CANCELLED, now,
-                                      f"superseded: reminder is {reminder.status}")
+                self._record_terminal(
+                    conn,
+                    occ,
+                    DeliveryStatus.CANCELLED,
+                    now,
+                    f"superseded: reminder is {reminder.status}",
+                )
                 outcome = Outcome.CANCELLED
             else:
                 taken = conn.execute(
@@ -178,7 +183,9 @@ class Sender:
                         query("delivery_status"),
                         {"reminder_id": occ.reminder_id, "run_time_utc": occ.run_time_utc},
                     ).scalar_one_or_none()
-                    outcome = Outcome.BUSY if status == DeliveryStatus.SENDING else Outcome.DUPLICATE
+                    outcome = (
+                        Outcome.BUSY if status == DeliveryStatus.SENDING else Outcome.DUPLICATE
+                    )
                 else:
                     delivery_id = taken.id
                     outcome = Outcome.SENT  # provisional: we hold the lease
@@ -187,6 +194,7 @@ class Sender:
                 self._queue.delete([message.receipt_handle])
             SENDS.labels(provider=self._provider.name, outcome=outcome.value).inc()
             return outcome
+        assert reminder is not None  # SENT is only set after the reminder was read
         return self._deliver(message, occ, reminder, delivery_id, lease_token)
 
     def _deliver(
@@ -236,17 +244,30 @@ class Sender:
             SENDS.labels(provider=self._provider.name, outcome=Outcome.RETRY.value).inc()
             return Outcome.RETRY
         except PermanentDeliveryError as exc:
-            self._complete(occ, delivery_id, lease_token, status=DeliveryStatus.FAILED,
-                           recipient=recipient, error=str(exc))
+            self._complete(
+                occ,
+                delivery_id,
+                lease_token,
+                status=DeliveryStatus.FAILED,
+                recipient=recipient,
+                error=str(exc),
+            )
             self._queue.delete([message.receipt_handle])
             log.error("permanent failure for %s: %s", key, exc)
             SENDS.labels(provider=self._provider.name, outcome=Outcome.FAILED.value).inc()
             return Outcome.FAILED
 
         sent_at = self._clock()
-        self._complete(occ, delivery_id, lease_token, status=DeliveryStatus.SENT,
-                       recipient=recipient, sent_at=sent_at, provider=receipt.provider,
-                       provider_message_id=receipt.provider_message_id)
+        self._complete(
+            occ,
+            delivery_id,
+            lease_token,
+            status=DeliveryStatus.SENT,
+            recipient=recipient,
+            sent_at=sent_at,
+            provider=receipt.provider,
+            provider_message_id=receipt.provider_message_id,
+        )
         self._queue.delete([message.receipt_handle])
         DELIVERY_LAG.observe(max(0.0, (sent_at - occ.run_time_utc).total_seconds()))
         SENDS.labels(provider=receipt.provider, outcome=Outcome.SENT.value).inc()
@@ -284,8 +305,11 @@ class Sender:
                 },
             ).rowcount
             if not done:
-                log.warning("lease on %s/%s was taken over; leaving it to the new holder",
-                            occ.reminder_id, occ.run_time_utc.isoformat())
+                log.warning(
+                    "lease on %s/%s was taken over; leaving it to the new holder",
+                    occ.reminder_id,
+                    occ.run_time_utc.isoformat(),
+                )
                 return
             reminder_status = (
                 ReminderStatus.COMPLETED if status is DeliveryStatus.SENT else ReminderStatus.FAILED

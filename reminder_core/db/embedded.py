@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -21,13 +22,18 @@ def embedded_database_url(state_dir: Path) -> str:
         RuntimeError: the `pgserver` package is missing or the server cannot start.
     """
     try:
-        import pgserver
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless.
+            warnings.simplefilter("ignore")
+            import pgserver
     except ImportError as exc:  # pragma: no cover - dependency of the package
         raise RuntimeError("DATABASE_URL is unset and pgserver is not installed") from exc
     pgdata = (state_dir / "pgdata").resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     log.info("starting embedded PostgreSQL in %s", pgdata)
-    server = pgserver.get_server(pgdata)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = pgserver.get_server(pgdata)  # type: ignore[attr-defined]
     uri: str = server.get_uri()
     return uri.replace("postgresql://", "postgresql+psycopg://", 1)
 

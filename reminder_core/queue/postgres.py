@@ -58,8 +58,10 @@ class PostgresQueue:
             "visibility_timeout_s": float(visibility_timeout_s),
         }
         with self._engine.begin() as conn:
-            rows = conn.execute(query("queue_receive"), params).all()
-        rows.sort(key=lambda r: (r.created_at, r.id))
+            rows = sorted(
+                conn.execute(query("queue_receive"), params).all(),
+                key=lambda r: (r.created_at, r.id),
+            )
         return [
             Message(
                 message_id=str(r.id),

@@ -82,7 +82,7 @@ def run_loop(
             result = service.run_once(clock())
         except Exception:
             hb.consecutive_failures += 1
-            backoff = min(max_backoff_s, poll_interval_s * 2 ** hb.consecutive_failures)
+            backoff = min(max_backoff_s, poll_interval_s * 2**hb.consecutive_failures)
             wait = random.uniform(backoff / 2, backoff)
             log.exception(
                 "%s tick failed (%d in a row); next try in %.1fs",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import format_datetime
-from datetime import UTC, datetime
 from pathlib import Path
 
 from reminder_core.errors import TransientDeliveryError

@@ -1,0 +1,3 @@
+from outbox_sweeper.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""REST API workload (FastAPI): create, read, list and cancel reminders."""

@@ -1,0 +1,3 @@
+from reminder_api.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""Request-scoped dependencies: the app context, a database session, the current user."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from reminder_core.profiles import ProfileSource
+from reminder_core.settings import Settings
+from reminder_core.tokens import TokenError, verify_token
+
+
+@dataclass
+class AppContext:
+    """Everything a request handler needs, built once in `create_app()`."""
+
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    profiles: ProfileSource
+    clock: Callable[[], datetime]
+    jwt_key: str
+
+
+def context(request: Request) -> AppContext:
+    ctx: AppContext = request.app.state.ctx
+    return ctx
+
+
+def db_session(ctx: AppContext = Depends(context)) -> Iterator[Session]:
+    """A session per request; the route commits, anything else rolls back."""
+    with ctx.sessions() as session:
+        yield session
+
+
+_bearer = HTTPBearer(auto_error=False, description="JWT from `reminders token --user ID`")
+
+
+def current_user(
+    creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
+    ctx: AppContext = Depends(context),
+) -> str:
+    """The user id (`sub`) of a valid bearer token.
+
+    Raises:
+        TokenError: missing, malformed, expired or foreign token (answered 401).
+    """
+    if creds is None or creds.scheme.lower() != "bearer" or not creds.credentials:
+        raise TokenError("missing bearer token (Authorization: Bearer <token>)")
+    return verify_token(creds.credentials, key=ctx.jwt_key, settings=ctx.settings)

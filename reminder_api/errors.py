@@ -1,0 +1,188 @@
+"""RFC 9457 problem details for every error; the only place HTTP status codes are chosen."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from reminder_core.errors import (
+    Conflict,
+    DomainError,
+    InvalidInput,
+    NotFound,
+    PreconditionFailed,
+)
+from reminder_core.tokens import TokenError, verify_token
+
+log = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_BASE = "/problems/"  # relative type URIs, RFC 9457 §3.1.1
+
+
+class RequestTooLarge(Exception):
+    """The request body exceeds the configured limit."""
+
+
+def problem(
+    status: int,
+    title: str,
+    detail: str,
+    *,
+    kind: str | None = None,
+    errors: Sequence[dict[str, str]] | None = None,
+    headers: dict[str, str] | None = None,
+    instance: str | None = None,
+) -> JSONResponse:
+    """Build an RFC 9457 problem+json response.
+
+    Args:
+        kind: short slug appended to the problem type URI; None gives "about:blank".
+        errors: per-field problems, each {"field": ..., "message": ...} (extension member).
+    """
+    content: dict[str, Any] = {
+        "type": TYPE_BASE + kind if kind else "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if instance:
+        content["instance"] = instance
+    if errors:
+        content["errors"] = list(errors)
+    return JSONResponse(content, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def _field(loc: Sequence[int | str]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def _message(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "missing":
+        return "field required"
+    msg = str(err.get("msg", "invalid"))
+    return msg.removeprefix("Value error, ")
+
+
+def _auth_problem(request: Request) -> JSONResponse | None:
+    """401 problem when a /v1 route is called without a valid bearer token, else None."""
+    if not request.url.path.startswith("/v1/reminders"):
+        return None
+    ctx = request.app.state.ctx
+    header = request.headers.get("authorization", "")
+    scheme, _, credentials = header.partition(" ")
+    try:
+        if scheme.lower() != "bearer" or not credentials.strip():
+            raise TokenError("missing bearer token (Authorization: Bearer <token>)")
+        verify_token(credentials.strip(), key=ctx.jwt_key, settings=ctx.settings)
+    except TokenError as exc:
+        return _token_problem(request, exc)
+    return None
+
+
+def _token_problem(request: Request, exc: TokenError) -> JSONResponse:
+    return problem(
+        401,
+        "Unauthorized",
+        str(exc),
+        kind="unauthorized",
+        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        instance=request.url.path,
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every exception to problem+json; unexpected ones are logged and answer 500."""
+
+    @app.exception_handler(RequestValidationError)
+    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI parses the body before it runs the auth dependency; an unauthenticated
+        # caller gets 401, not feedback on its payload.
+        denied = _auth_problem(request)
+        if denied is not None:
+            return denied
+        errs = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errs):
+            return problem(
+                400,
+                "Malformed JSON",
+                "the request body is not valid JSON",
+                kind="malformed-json",
+                errors=[{"field": "body", "message": "invalid JSON"}],
+                instance=request.url.path,
+            )
+        fields = [{"field": _field(e.get("loc", ())), "message": _message(e)} for e in errs]
+        detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+        return problem(
+            422,
+            "Invalid request",
+            detail,
+            kind="validation",
+            errors=fields,
+            instance=request.url.path,
+        )
+
+    @app.exception_handler(InvalidInput)
+    async def invalid_input(request: Request, exc: InvalidInput) -> JSONResponse:
+        return problem(
+            422,
+            "Invalid request",
+            f"{exc.field}: {exc.reason}",
+            kind="validation",
+            errors=[{"field": exc.field, "message": exc.reason}],
+            instance=request.url.path,
+        )
+
+    @app.exception_handler(DomainError)
+    async def domain(request: Request, exc: DomainError) -> JSONResponse:
+        status, title, kind = 400, "Bad request", "bad-request"
+        if isinstance(exc, NotFound):
+            status, title, kind = 404, "Not found", "not-found"
+        elif isinstance(exc, Conflict):
+            status, title, kind = 409, "Conflict", "conflict"
+        elif isinstance(exc, PreconditionFailed):
+            status, title, kind = 412, "Precondition failed", "stale-version"
+        return problem(status, title, str(exc), kind=kind, instance=request.url.path)
+
+    @app.exception_handler(TokenError)
+    async def token(request: Request, exc: TokenError) -> JSONResponse:
+        return _token_problem(request, exc)
+
+    @app.exception_handler(RequestTooLarge)
+    async def too_large(request: Request, exc: RequestTooLarge) -> JSONResponse:
+        return problem(
+            413, "Request too large", str(exc), kind="too-large", instance=request.url.path
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem(
+            exc.status_code,
+            str(exc.detail),
+            str(exc.detail),
+            headers=dict(exc.headers or {}),
+            instance=request.url.path,
+        )
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, _exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem(
+            500,
+            "Internal error",
+            "an unexpected error occurred; it has been logged",
+            kind="internal",
+            instance=request.url.path,
+        )

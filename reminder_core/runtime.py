@@ -1,0 +1,91 @@
+"""What every process builds at start: settings → database → queue → profiles."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from reminder_core.db.embedded import resolve_database_url
+from reminder_core.db.migrate import upgrade
+from reminder_core.db.session import make_engine
+from reminder_core.profiles import LocalProfileSource, ProfileSource
+from reminder_core.queue import Queue, open_queue
+from reminder_core.settings import Settings
+from reminder_core.worker.loop import Service, join_loops, start_loops
+from reminder_core.worker.signals import install_stop_handlers
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """The shared dependencies of one process."""
+
+    settings: Settings
+    database_url: str
+    engine: Engine
+    queue: Queue
+    profiles: ProfileSource
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def open_runtime(
+    settings: Settings,
+    *,
+    application_name: str,
+    migrate: bool = False,
+    pool_size: int | None = None,
+) -> Runtime:
+    """Connect to the database (embedded when DATABASE_URL is unset) and build the queue.
+
+    Args:
+        migrate: apply pending migrations first (`reminders dev` does; production runs the
+            migration Job instead).
+
+    Raises:
+        RuntimeError: the embedded database cannot start.
+        sqlalchemy.exc.OperationalError: the database cannot be reached (on migrate).
+    """
+    url = resolve_database_url(settings.database_url, settings.state_dir)
+    if migrate:
+        upgrade(url)
+    engine = make_engine(
+        url, pool_size=pool_size or settings.db_pool_size, application_name=application_name
+    )
+    queue = open_queue(settings.queue_url, engine, max_receive_count=settings.max_receive_count)
+    profiles = LocalProfileSource(settings.effective_profiles_file)
+    return Runtime(
+        settings=settings, database_url=url, engine=engine, queue=queue, profiles=profiles
+    )
+
+
+def run_services(loops: list[tuple[Service, float]], settings: Settings) -> int:
+    """Run workload loops in this process until SIGTERM/SIGINT; return an exit status.
+
+    Soft stop: each loop finishes its current tick; after `shutdown_grace_s` the process
+    exits anyway (abandoned work is re-driven by claim and lease timeouts).
+    """
+    stop = threading.Event()
+    install_stop_handlers(stop)
+    threads = start_loops(loops, stop)
+    names = ", ".join(s.name for s, _ in loops)
+    log.info("running %s; SIGTERM or Ctrl-C to stop", names)
+    while not stop.wait(1.0):
+        if not any(t.is_alive() for t in threads):
+            log.error("every loop has exited; stopping")
+            return 1
+    stuck = join_loops(threads, settings.shutdown_grace_s)
+    if stuck:
+        log.warning(
+            "hard stop after %.0fs grace; still running: %s",
+            settings.shutdown_grace_s,
+            ", ".join(stuck),
+        )
+        return 1
+    log.info("stopped cleanly")
+    return 0

@@ -1,0 +1,3 @@
+from reminders.cli import main
+
+main()

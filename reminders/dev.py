@@ -1,0 +1,125 @@
+"""`reminders dev`: the whole system in one process, on the embedded default."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+import uvicorn
+from rich.console import Console
+from rich.rule import Rule
+
+import coordinator.main as coordinator_main
+import outbox_sweeper.main as sweeper_main
+import sender.main as sender_main
+from reminder_api.app import create_app
+from reminder_core.logging import configure_logging
+from reminder_core.profiles import ensure_profile
+from reminder_core.runtime import open_runtime
+from reminder_core.settings import Settings
+from reminder_core.tokens import mint_token
+from reminder_core.worker.loop import Service, join_loops, start_loops
+from reminder_core.worker.signals import install_stop_handlers
+
+log = logging.getLogger(__name__)
+
+DEMO_USER = "demo"
+DEMO_EMAIL = "demo@example.com"
+
+
+def local_zone_name() -> str:
+    """The machine's IANA zone (TZ, or the /etc/localtime link), else "UTC"."""
+    tz = os.environ.get("TZ", "").lstrip(":")
+    if tz and "/" in tz and not tz.startswith("/"):
+        return tz
+    try:
+        target = os.path.realpath("/etc/localtime")
+    except OSError:
+        return "UTC"
+    marker = "zoneinfo/"
+    return target.split(marker, 1)[1] if marker in target else "UTC"
+
+
+def banner(base_url: str, token: str, mail_dir: Path, zone: str) -> str:
+    when = "$(date -d '+1 minute' +%Y-%m-%dT%H:%M:%S)"
+    body = (
+        '{"title": "Stretch your legs", "start_local": "\'"' + when + '"\'", '
+        f'"timezone": "{zone}"}}'
+    )
+    curl = (
+        f"curl -sS -X POST {base_url}/v1/reminders \\\n"
+        f"  -H 'Authorization: Bearer {token}' \\\n"
+        "  -H 'Content-Type: application/json' \\\n"
+        f"  -d '{body}'"
+    )
+    return (
+        f"API:      {base_url}   (OpenAPI: {base_url}/docs)\n"
+        f"User:     {DEMO_USER} <{DEMO_EMAIL}>, timezone {zone}\n"
+        f"Token:    {token}\n"
+        f"Emails:   {mail_dir}/*.eml\n\n"
+        f"Create a reminder due in a minute:\n\n{curl}\n\n"
+        "Ctrl-C stops everything."
+    )
+
+
+def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
+    """Start the embedded database (if DATABASE_URL is unset), migrate, and run the API
+    and every workload in this process until Ctrl-C / SIGTERM.
+
+    Side effects: state under STATE_DIR (default ./.reminders): pgdata/, jwt_secret,
+    profiles.json (with the demo user), mail/.
+    """
+    settings = settings or Settings()
+    settings.state_dir = settings.state_dir.resolve()
+    configure_logging(settings.log_level)
+    settings.jwt_key(create=True)
+    zone = local_zone_name()
+    ensure_profile(settings.effective_profiles_file, DEMO_USER, email=DEMO_EMAIL, timezone=zone)
+    settings.effective_mail_dir.mkdir(parents=True, exist_ok=True)
+
+    rt = open_runtime(settings, application_name="reminders-dev", migrate=True, pool_size=10)
+    stop = threading.Event()
+    install_stop_handlers(stop)  # uvicorn hands the signal back to us when it exits
+    loops: list[tuple[Service, float]] = [
+        (coordinator_main.build(rt), settings.coordinator_poll_interval_s),
+        (sweeper_main.build(rt), settings.sweeper_poll_interval_s),
+        (sender_main.build(rt), settings.sender_poll_interval_s),
+    ]
+    threads = start_loops(loops, stop)
+    app = create_app(settings, rt.engine, rt.profiles)
+    base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    token = mint_token(settings, DEMO_USER)
+    console = Console(stderr=False, highlight=False)
+    console.print(Rule("reminders dev"))
+    # soft_wrap: the token and the curl command must stay copyable, never cut.
+    console.print(
+        banner(base_url, token, settings.effective_mail_dir, zone), soft_wrap=True, markup=False
+    )
+    console.print(Rule())
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+    )
+    server = uvicorn.Server(config)
+    status = 0
+    try:
+        server.run()
+        if not server.started:
+            status = 1
+    finally:
+        stop.set()
+        stuck = join_loops(threads, settings.shutdown_grace_s)
+        if stuck:
+            log.warning("hard stop; still running: %s", ", ".join(stuck))
+            status = 1
+        rt.close()
+        log.info("reminders dev stopped")
+    return status
+
+
+__all__ = ["run_dev"]

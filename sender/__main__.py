@@ -1,0 +1,3 @@
+from sender.main import main
+
+raise SystemExit(main())
