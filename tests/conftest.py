@@ -1,0 +1,109 @@
+"""Shared fixtures: one real PostgreSQL database per test run, made from the migrations.
+
+CI sets DATABASE_URL to the local server; the tests then create a fresh database
+`reminders_test_<random>` on it and drop it at the end. With DATABASE_URL unset (a
+laptop), an embedded PostgreSQL (pgserver) is started in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from reminder_core.db.embedded import embedded_database_url
+from reminder_core.db.migrate import upgrade
+from reminder_core.db.session import make_engine, normalize_url
+from reminder_core.settings import Settings
+from reminder_core.tokens import mint_token
+
+TABLES = ("delivery_log", "outbox", "queue_messages", "reminders")
+JWT_SECRET = "test-secret-" + "x" * 40
+
+
+@pytest.fixture(scope="session")
+def admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """URL of a PostgreSQL server where the test run may create a database."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return normalize_url(url)
+    return embedded_database_url(tmp_path_factory.mktemp("pg"))
+
+
+@pytest.fixture(scope="session")
+def database_url(admin_url: str) -> Iterator[str]:
+    """A fresh database for this test run, migrated to head; dropped afterwards."""
+    name = f"reminders_test_{secrets.token_hex(4)}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    upgrade(url)
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> Iterator[Engine]:
+    eng = make_engine(database_url, pool_size=10, application_name="reminders-tests")
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def db(engine: Engine) -> Engine:
+    """The engine, with every table emptied before the test."""
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+    return engine
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    """Settings pointing at the test database, with state in a temporary directory."""
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(
+        json.dumps(
+            {
+                "alice": {"email": "alice@example.com", "timezone": "America/New_York"},
+                "bob": {"email": "bob@example.com", "timezone": "Europe/Paris"},
+            }
+        )
+    )
+    return Settings(
+        database_url=database_url,
+        state_dir=tmp_path / "state",
+        jwt_secret=JWT_SECRET,
+        profiles_file=profiles,
+        mail_dir=tmp_path / "mail",
+    )
+
+
+@pytest.fixture
+def token_for(settings: Settings) -> Callable[[str], str]:
+    """Mint a valid bearer token for a user id."""
+
+    def mint(user_id: str) -> str:
+        return mint_token(settings, user_id)
+
+    return mint
+
+
+def utc(*args: int) -> datetime:
+    """Aware UTC datetime from (year, month, day, hour=0, minute=0, second=0)."""
+    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+
+
+def table_counts(engine: Engine) -> dict[str, int]:
+    """Row count of every table (for 'nothing changed' assertions)."""
+    with engine.connect() as conn:
+        return {t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one() for t in TABLES}
