@@ -158,14 +158,16 @@ class Sender:
                 log.error("dropping message for unknown reminder %s", occ.reminder_id)
                 outcome = Outcome.DROPPED
             elif not _still_due(reminder, occ):
-                self._record_terminal(
+                recorded = self._record_terminal(
                     conn,
                     occ,
                     DeliveryStatus.CANCELLED,
                     now,
                     f"superseded: reminder is {reminder.status}",
                 )
-                outcome = Outcome.CANCELLED
+                # No row recorded: the occurrence already has one (e.g. `sent`, and this
+                # message is a duplicate of the one that sent it).
+                outcome = Outcome.CANCELLED if recorded else Outcome.DUPLICATE
             else:
                 taken = conn.execute(
                     query("delivery_begin"),
@@ -329,8 +331,9 @@ class Sender:
     @staticmethod
     def _record_terminal(
         conn: Connection, occ: Occurrence, status: DeliveryStatus, now: datetime, error: str
-    ) -> None:
-        conn.execute(
+    ) -> bool:
+        """Insert a terminal row for an occurrence that has none; False if one exists."""
+        result = conn.execute(
             query("delivery_record_terminal"),
             {
                 "reminder_id": occ.reminder_id,
@@ -341,6 +344,7 @@ class Sender:
                 "now": now,
             },
         )
+        return bool(result.rowcount)
 
 
 def _still_due(reminder: Row[Any], occ: Occurrence) -> bool:

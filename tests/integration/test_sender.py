@@ -1,0 +1,325 @@
+"""Sender: one delivery row per occurrence, sent once; cancel wins; leases; failures.
+
+Rules under test are DESIGN §4.3-4.6 and issue #2's sender paragraph.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+
+from coordinator.service import Coordinator
+from reminder_core.errors import TransientDeliveryError
+from reminder_core.profiles import LocalProfileSource
+from reminder_core.queue import PostgresQueue
+from reminder_core.settings import Settings
+from sender.providers.base import OutgoingEmail, SendReceipt
+from sender.providers.file_sink import FileSinkProvider
+from sender.render import Renderer
+from sender.service import Outcome, Sender
+from tests.integration.helpers import insert_due_reminders
+
+NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class CountingProvider:
+    """The file sink, with a call count and an optional pause or failure per call."""
+
+    name = "file"
+
+    def __init__(self, directory: Path, *, pause_s: float = 0.0) -> None:
+        self.inner = FileSinkProvider(directory)
+        self.calls: list[str] = []
+        self.pause_s = pause_s
+        self.fail_next: list[Exception] = []
+        self._lock = threading.Lock()
+
+    def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
+        with self._lock:
+            self.calls.append(idempotency_key)
+            failure = self.fail_next.pop(0) if self.fail_next else None
+        if failure is not None:
+            raise failure
+        time.sleep(self.pause_s)
+        return self.inner.send(email, idempotency_key=idempotency_key)
+
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def queue(db: Engine) -> PostgresQueue:
+    return PostgresQueue(db, name="reminders", max_receive_count=5)
+
+
+@pytest.fixture
+def provider(settings: Settings) -> CountingProvider:
+    return CountingProvider(settings.effective_mail_dir)
+
+
+def make_sender(
+    db: Engine,
+    queue: PostgresQueue,
+    settings: Settings,
+    provider: CountingProvider,
+    clock: Clock | None = None,
+    *,
+    renderer: Renderer | None = None,
+) -> Sender:
+    return Sender(
+        db,
+        queue,
+        LocalProfileSource(settings.effective_profiles_file),
+        renderer or Renderer(),
+        provider,
+        mail_from="Reminders <reminders@example.com>",
+        visibility_timeout_s=30,
+        lease_s=60,
+        clock=clock or Clock(NOW),
+    )
+
+
+def claim(db: Engine, queue: PostgresQueue) -> None:
+    Coordinator(db, queue, lookahead_s=0, batch_size=1000, worker_id="c").run_once(NOW)
+
+
+def one(db: Engine, sql: str) -> object:
+    with db.connect() as conn:
+        return conn.execute(text(sql)).one()
+
+
+def receive_one(queue: PostgresQueue, at: datetime = NOW):
+    (msg,) = queue.receive(now=at, max_messages=1, visibility_timeout_s=30)
+    return msg
+
+
+def test_sends_once_and_completes_in_one_go(db, queue, settings, provider) -> None:
+    insert_due_reminders(db, 1, next_run_utc=NOW, user_id="alice", title="Dentist", timezone=None)
+    claim(db, queue)
+    sender = make_sender(db, queue, settings, provider)
+
+    assert sender.run_once(NOW).counts == {"sent": 1}
+
+    row = one(
+        db,
+        "SELECT d.status, d.recipient, d.provider, d.provider_message_id,"
+        " d.attempt_count, d.sent_at, d.lease_token, r.status AS r_status,"
+        " r.next_run_utc, r.claimed_by, r.id AS rid"
+        " FROM delivery_log d JOIN reminders r ON r.id = d.reminder_id",
+    )
+    assert row.status == "sent"
+    assert row.recipient == "alice@example.com"
+    assert row.provider == "file"
+    assert row.attempt_count == 1
+    assert row.sent_at == NOW
+    assert row.lease_token is None
+    assert (row.r_status, row.next_run_utc, row.claimed_by) == ("completed", None, None)
+    key = f"{row.rid}-20300101T120000Z"
+    assert provider.calls == [key]
+    assert row.provider_message_id == f"<{key}@reminders>"
+    # The message is deleted: nothing left to receive, even after the visibility timeout.
+    assert (
+        queue.receive(now=NOW + timedelta(hours=1), max_messages=10, visibility_timeout_s=30) == []
+    )
+
+    msg = email.message_from_bytes(
+        (settings.effective_mail_dir / f"{key}.eml").read_bytes(), policy=email.policy.default
+    )
+    assert msg["To"] == "alice@example.com"
+    assert "Dentist" in msg["Subject"]
+    # Rendered in the profile's zone: 12:00Z is 07:00 EST in New York.
+    assert "2030-01-01 07:00 EST" in msg.get_body(("plain",)).get_content()
+
+
+def test_duplicate_message_is_dropped_without_a_second_send(db, queue, settings, provider) -> None:
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    # The sweeper's republish after a slow fast path: the same payload twice.
+    (payload,) = [receive_one(queue).body]
+    queue.send_batch([payload, payload], now=NOW, delays_s=[0, 0])
+    sender = make_sender(db, queue, settings, provider)
+    outcomes = [
+        sender.handle(m, NOW)
+        for m in queue.receive(now=NOW, max_messages=10, visibility_timeout_s=30)
+    ]
+    assert outcomes == [Outcome.SENT, Outcome.DUPLICATE]
+    assert len(provider.calls) == 1
+    assert len(list(settings.effective_mail_dir.glob("*.eml"))) == 1
+
+
+def test_cancel_after_claim_wins(db, queue, settings, provider) -> None:
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE reminders SET status = 'cancelled', next_run_utc = NULL,"
+                " claimed_by = NULL, claimed_at = NULL, version = version + 1"
+            )
+        )
+    sender = make_sender(db, queue, settings, provider)
+    assert sender.run_once(NOW).counts == {"cancelled": 1}
+    assert provider.calls == []
+    row = one(
+        db,
+        "SELECT d.status, r.status AS r_status FROM delivery_log d"
+        " JOIN reminders r ON r.id = d.reminder_id",
+    )
+    assert (row.status, row.r_status) == ("cancelled", "cancelled")
+
+
+def test_two_senders_with_the_same_occurrence_send_it_once(db, queue, settings) -> None:
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    payload = receive_one(queue).body
+    queue.send_batch([payload], now=NOW, delays_s=[0])
+    msgs = queue.receive(now=NOW, max_messages=10, visibility_timeout_s=30)
+    assert len(msgs) == 1
+    first, second = receive_one(queue, NOW + timedelta(seconds=31)), msgs[0]
+    slow = CountingProvider(settings.effective_mail_dir, pause_s=1.0)
+    outcomes: dict[int, Outcome] = {}
+
+    def run(i: int, m) -> None:
+        outcomes[i] = make_sender(db, queue, settings, slow).handle(m, NOW)
+
+    t1 = threading.Thread(target=run, args=(1, first))
+    t1.start()
+    time.sleep(0.3)  # the first worker holds the lease while the provider is slow
+    run(2, second)
+    t1.join(10)
+    assert outcomes == {1: Outcome.SENT, 2: Outcome.BUSY}
+    assert len(slow.calls) == 1
+    assert one(db, "SELECT status FROM delivery_log").status == "sent"
+
+
+def test_expired_lease_is_taken_over_with_the_same_key(db, queue, settings, provider) -> None:
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    msg = receive_one(queue)
+    rid = msg.body["reminder_id"]
+    # A worker inserted the row, then died before calling the provider.
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
+                " attempt_count, locked_at, lease_token) VALUES (:r, 'alice', :t, 'sending',"
+                " 1, :locked, gen_random_uuid())"
+            ),
+            {"r": rid, "t": NOW, "locked": NOW},
+        )
+    sender = make_sender(db, queue, settings, provider, Clock(NOW + timedelta(seconds=30)))
+    assert sender.handle(msg, NOW + timedelta(seconds=30)) == Outcome.BUSY  # lease still live
+    assert provider.calls == []
+    later = NOW + timedelta(seconds=61)  # lease_s = 60 has passed
+    sender = make_sender(db, queue, settings, provider, Clock(later))
+    msg2 = receive_one(queue, later)
+    assert sender.handle(msg2, later) == Outcome.SENT
+    assert provider.calls == [f"{rid}-20300101T120000Z"]
+    row = one(db, "SELECT status, attempt_count FROM delivery_log")
+    assert (row.status, row.attempt_count) == ("sent", 2)
+
+
+def test_completion_is_fenced_by_the_lease_token(db, queue, settings) -> None:
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    msg = receive_one(queue)
+    taken_over = threading.Event()
+    stale = CountingProvider(settings.effective_mail_dir)
+
+    class Hijack(CountingProvider):
+        def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
+            # While this worker is inside the provider call its lease expires and another
+            # worker takes the row over (new token).
+            with db.begin() as conn:
+                conn.execute(text("UPDATE delivery_log SET lease_token = gen_random_uuid()"))
+            taken_over.set()
+            return super().send(email, idempotency_key=idempotency_key)
+
+    hijack = Hijack(settings.effective_mail_dir)
+    assert make_sender(db, queue, settings, hijack).handle(msg, NOW) == Outcome.SENT
+    assert taken_over.is_set()
+    row = one(
+        db,
+        "SELECT d.status, r.status AS r_status FROM delivery_log d"
+        " JOIN reminders r ON r.id = d.reminder_id",
+    )
+    # The stale worker changed nothing: the new holder completes the row.
+    assert (row.status, row.r_status) == ("sending", "claimed")
+    assert stale.calls == []
+
+
+def test_user_without_profile_fails_permanently(db, queue, settings, provider) -> None:
+    insert_due_reminders(db, 1, next_run_utc=NOW, user_id="nobody")
+    claim(db, queue)
+    sender = make_sender(db, queue, settings, provider)
+    assert sender.run_once(NOW).counts == {"failed": 1}
+    row = one(
+        db,
+        "SELECT d.status, d.error, r.status AS r_status, r.last_error"
+        " FROM delivery_log d JOIN reminders r ON r.id = d.reminder_id",
+    )
+    assert (row.status, row.r_status) == ("failed", "failed")
+    assert "no profile" in row.error
+    assert row.last_error == row.error
+    assert provider.calls == []
+    assert queue.depth(now=NOW + timedelta(hours=1)).not_visible == 0
+
+
+def test_transient_error_releases_the_lease_and_retries_after_retry_after(
+    db, queue, settings, provider
+) -> None:
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    provider.fail_next.append(TransientDeliveryError("429 Too Many Requests", retry_after_s=7))
+    sender = make_sender(db, queue, settings, provider)
+    assert sender.run_once(NOW).counts == {"retry": 1}
+    row = one(db, "SELECT status, error, locked_at, lease_token FROM delivery_log")
+    assert (row.status, row.locked_at, row.lease_token) == ("sending", None, None)
+    assert "429" in row.error
+    # Retry-After: hidden for 7 s, then retried and sent with the same key.
+    assert (
+        queue.receive(now=NOW + timedelta(seconds=6), max_messages=1, visibility_timeout_s=30) == []
+    )
+    later = NOW + timedelta(seconds=7)
+    sender = make_sender(db, queue, settings, provider, Clock(later))
+    assert sender.run_once(later).counts == {"sent": 1}
+    assert len(set(provider.calls)) == 1
+    assert len(provider.calls) == 2
+    assert one(db, "SELECT attempt_count FROM delivery_log").attempt_count == 2
+
+
+def test_html_is_escaped_and_templates_can_be_overridden(
+    db, queue, settings, provider, tmp_path
+) -> None:
+    insert_due_reminders(db, 1, next_run_utc=NOW, title="<script>alert(1)</script>")
+    claim(db, queue)
+    overrides = tmp_path / "templates"
+    overrides.mkdir()
+    (overrides / "reminder.subject.j2").write_text("Heads up: {{ title }}\n")
+    sender = make_sender(db, queue, settings, provider, renderer=Renderer(overrides))
+    assert sender.run_once(NOW).counts == {"sent": 1}
+    (path,) = settings.effective_mail_dir.glob("*.eml")
+    msg = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+    assert msg["Subject"].startswith("Heads up: <script>")
+    html = msg.get_body(("html",)).get_content()
+    assert "<script>" not in html
+    assert "&lt;script&gt;" in html
+
+
+def test_malformed_message_is_dropped(db, queue, settings, provider) -> None:
+    queue.send_batch([{"reminder_id": "not-a-uuid"}], now=NOW, delays_s=[0])
+    sender = make_sender(db, queue, settings, provider)
+    assert sender.run_once(NOW).counts == {"dropped": 1}
+    assert queue.depth(now=NOW + timedelta(hours=1)).not_visible == 0
