@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import Engine, text
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reminder_api.deps import AppContext
-from reminder_api.errors import install_error_handlers, problem
+from reminder_api.errors import RequestTooLarge, install_error_handlers, problem
 from reminder_api.routes import reminders
 from reminder_core.clock import utcnow
 from reminder_core.db.session import make_sessionmaker
@@ -52,21 +54,7 @@ def create_app(
         jwt_key=settings.jwt_key(),
     )
     install_error_handlers(app)
-
-    @app.middleware("http")
-    async def limit_body(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return problem(
-                413,
-                "Request too large",
-                f"request bodies are limited to {MAX_BODY_BYTES} bytes",
-                kind="too-large",
-                instance=request.url.path,
-            )
-        return await call_next(request)
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
 
     app.include_router(reminders.router)
 
@@ -90,3 +78,42 @@ def create_app(
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+class BodyLimit:
+    """ASGI middleware: refuse request bodies over `max_bytes` with 413 problem+json.
+
+    A declared Content-Length over the limit is answered before the body is read; a body
+    without one (chunked transfer coding) is counted as it is received, and the read that
+    crosses the limit raises `RequestTooLarge` (an HTTPException, so FastAPI's body parser
+    lets it through to the problem+json handler instead of turning it into a 400).
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        detail = f"request bodies are limited to {self.max_bytes} bytes"
+        length = Headers(scope=scope).get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            response = problem(
+                413, "Request too large", detail, kind="too-large", instance=scope["path"]
+            )
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise RequestTooLarge(detail)
+            return message
+
+        await self.app(scope, limited_receive, send)

@@ -26,8 +26,15 @@ PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "/problems/"  # relative type URIs, RFC 9457 §3.1.1
 
 
-class RequestTooLarge(Exception):
-    """The request body exceeds the configured limit."""
+class RequestTooLarge(StarletteHTTPException):
+    """The request body exceeds the configured limit (raised while the body is read).
+
+    An HTTPException so that FastAPI's body parser re-raises it unchanged; any other
+    exception raised while reading the body becomes a bare 400.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(413, detail)
 
 
 def problem(
@@ -93,12 +100,16 @@ def _auth_problem(request: Request) -> JSONResponse | None:
 
 
 def _token_problem(request: Request, exc: TokenError) -> JSONResponse:
+    # RFC 6750 §3.1: a request without bearer credentials gets a challenge with no error
+    # code; a bearer token that fails verification gets error="invalid_token".
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    presented = scheme.lower() == "bearer" and bool(credentials.strip())
     return problem(
         401,
         "Unauthorized",
         str(exc),
         kind="unauthorized",
-        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        headers={"WWW-Authenticate": 'Bearer error="invalid_token"' if presented else "Bearer"},
         instance=request.url.path,
     )
 
@@ -163,11 +174,25 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestTooLarge)
     async def too_large(request: Request, exc: RequestTooLarge) -> JSONResponse:
         return problem(
-            413, "Request too large", str(exc), kind="too-large", instance=request.url.path
+            413, "Request too large", exc.detail, kind="too-large", instance=request.url.path
         )
 
     @app.exception_handler(StarletteHTTPException)
     async def http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # FastAPI's body parser answers 400 for a body it cannot decode (not UTF-8,
+            # RFC 8259 §8.1); like malformed JSON, and only after authentication.
+            denied = _auth_problem(request)
+            if denied is not None:
+                return denied
+            return problem(
+                400,
+                "Malformed JSON",
+                "the request body is not valid JSON",
+                kind="malformed-json",
+                errors=[{"field": "body", "message": "invalid JSON"}],
+                instance=request.url.path,
+            )
         return problem(
             exc.status_code,
             str(exc.detail),
