@@ -79,9 +79,16 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     ensure_profile(settings.effective_profiles_file, DEMO_USER, email=DEMO_EMAIL, timezone=zone)
     settings.effective_mail_dir.mkdir(parents=True, exist_ok=True)
 
-    rt = open_runtime(settings, application_name="reminders-dev", migrate=True, pool_size=10)
+    # Handlers first: a SIGTERM while the database starts or migrates must not kill the
+    # process past pgserver's exit hook (that would leave the embedded PostgreSQL running).
+    # uvicorn takes the signals over while it runs and hands them back to us when it exits.
     stop = threading.Event()
-    install_stop_handlers(stop)  # uvicorn hands the signal back to us when it exits
+    install_stop_handlers(stop)
+    rt = open_runtime(settings, application_name="reminders-dev", migrate=True, pool_size=10)
+    if stop.is_set():
+        rt.close()
+        log.info("reminders dev stopped during startup")
+        return 0
     loops: list[tuple[Service, float]] = [
         (coordinator_main.build(rt), settings.coordinator_poll_interval_s),
         (sweeper_main.build(rt), settings.sweeper_poll_interval_s),
@@ -106,6 +113,10 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         timeout_graceful_shutdown=int(settings.shutdown_grace_s),
     )
     server = uvicorn.Server(config)
+    # A stop asked before uvicorn took the signals over must stop uvicorn too.
+    threading.Thread(
+        target=_stop_server_on, args=(stop, server), name="stop-watch", daemon=True
+    ).start()
     status = 0
     try:
         server.run()
@@ -120,6 +131,11 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         rt.close()
         log.info("reminders dev stopped")
     return status
+
+
+def _stop_server_on(stop: threading.Event, server: uvicorn.Server) -> None:
+    stop.wait()
+    server.should_exit = True
 
 
 __all__ = ["run_dev"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,12 +30,14 @@ JWT_SECRET = "test-secret-" + "x" * 40
 
 
 @pytest.fixture(scope="session")
-def admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+def admin_url() -> str:
     """URL of a PostgreSQL server where the test run may create a database."""
     url = os.environ.get("DATABASE_URL")
     if url:
         return normalize_url(url)
-    return embedded_database_url(tmp_path_factory.mktemp("pg"))
+    # Not under pytest's tmp_path: run as root, pgserver runs PostgreSQL as another user
+    # and needs every parent directory traversable, which pytest resets to 0700.
+    return embedded_database_url(Path(tempfile.mkdtemp(prefix="reminders-test-pg-")))
 
 
 @pytest.fixture(scope="session")
