@@ -7,7 +7,7 @@ clock on the wall in `zone`"; an instant is an aware UTC `datetime`.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -66,13 +66,13 @@ def load_zone(name: str, field: str = "timezone") -> ZoneInfo:
         raise InvalidSchedule(field, f"unknown IANA time zone {name!r}") from None
 
 
-def local_to_utc(
+def readings(
     local: datetime,
     zone: ZoneInfo,
     nonexistent: Nonexistent = "shift",
     ambiguous: Ambiguous = "first",
-) -> list[datetime]:
-    """Turn one local wall-clock reading into the UTC instants it stands for.
+) -> tuple[list[datetime], bool]:
+    """The UTC instants a local wall-clock reading stands for, and whether it exists.
 
     Rules (DESIGN §3):
     - A time in the spring-forward gap does not exist. `shift` reads it with the offset in
@@ -83,44 +83,49 @@ def local_to_utc(
       offset before the transition, RFC 5545 §3.3.5), `last` the later, `both` both.
 
     Args:
-        local: naive datetime (tzinfo must be None).
+        local: naive datetime with fold 0 (a wall-clock reading).
         zone: the zone the reading belongs to.
 
     Returns:
-        0, 1 or 2 aware UTC datetimes in ascending order (0 only for `skip`, 2 only for
-        `both`).
+        (instants, exists): 0, 1 or 2 aware UTC datetimes ascending (0 only for `skip`, 2
+        only for `both`), and False when the reading falls in a gap.
     """
+    # PEP 495: fold=0 gives the offset before a transition, fold=1 the one after. They
+    # differ only at a transition: after > before is a gap, after < before an overlap.
+    before = zone.utcoffset(local)
+    after = zone.utcoffset(local.replace(fold=1))
+    if before is None or after is None:  # pragma: no cover - zoneinfo always answers
+        raise ValueError(f"zone {zone} has no offset for {local}")
+    if before == after:
+        return [(local - before).replace(tzinfo=UTC)], True
+    if before < after:
+        if nonexistent == "skip":
+            return [], False
+        return [(local - before).replace(tzinfo=UTC)], False
+    first = (local - before).replace(tzinfo=UTC)
+    second = (local - after).replace(tzinfo=UTC)
+    if ambiguous == "first":
+        return [first], True
+    if ambiguous == "last":
+        return [second], True
+    return [first, second], True
+
+
+def local_to_utc(
+    local: datetime,
+    zone: ZoneInfo,
+    nonexistent: Nonexistent = "shift",
+    ambiguous: Ambiguous = "first",
+) -> list[datetime]:
+    """The UTC instants (0, 1 or 2, ascending) of a naive local reading; see `readings`."""
     if local.tzinfo is not None:
         raise ValueError("local must be naive")
-    earlier = local.replace(tzinfo=zone, fold=0)
-    later = local.replace(tzinfo=zone, fold=1)
-    off0, off1 = earlier.utcoffset(), later.utcoffset()
-    if off0 == off1:
-        return [earlier.astimezone(UTC)]
-    if not exists(local, zone):
-        if nonexistent == "skip":
-            return []
-        # PEP 495: in a gap, fold=0 uses the offset in force before the transition.
-        return [(local - _offset(off0)).replace(tzinfo=UTC)]
-    first = (local - _offset(off0)).replace(tzinfo=UTC)
-    second = (local - _offset(off1)).replace(tzinfo=UTC)
-    first, second = min(first, second), max(first, second)
-    if ambiguous == "first":
-        return [first]
-    if ambiguous == "last":
-        return [second]
-    return [first, second]
+    return readings(local.replace(fold=0), zone, nonexistent, ambiguous)[0]
 
 
 def exists(local: datetime, zone: ZoneInfo) -> bool:
     """True when the naive reading `local` occurs on the clocks of `zone` (not in a gap)."""
-    aware = local.replace(tzinfo=zone)
-    round_trip = aware.astimezone(UTC).astimezone(zone).replace(tzinfo=None)
-    return round_trip == local
-
-
-def _offset(value: timedelta | None) -> timedelta:
-    return value if value is not None else timedelta(0)
+    return readings(local.replace(fold=0), zone)[1]
 
 
 def idempotency_key(reminder_id: object, run_time_utc: datetime) -> str:

@@ -1,0 +1,532 @@
+"""Occurrences of a reminder: RRULE expansion in local wall time, then zone conversion.
+
+Pure code; `now`/`after` are inputs. The rules (DESIGN §3, RFC 5545):
+
+1. Occurrences are expanded in local wall-clock time by python-dateutil and only then
+   turned into UTC instants with zoneinfo, so 09:00 stays 09:00 across DST changes.
+2. A local time in a spring-forward gap is `shift`ed (read with the offset before the
+   gap, RFC 5545 §3.3.5) or `skip`ped (RFC 5545 §3.3.10: ignored and not counted toward
+   COUNT). A local time in a fall-back overlap fires at the `first` reading, the `last`, or
+   `both`. Two readings that land on one instant (a shifted gap time and a real one, e.g.
+   Pacific/Apia's skipped 2011-12-30) fire once.
+3. EXDATEs remove instances after COUNT is applied (RFC 5545 §3.8.5.1). UNTIL bounds the
+   instance start inclusively: a DATE for all-day reminders, a UTC DATE-TIME otherwise.
+4. A start that does not match the rule is not an occurrence (python-dateutil's reading;
+   RFC 5545 leaves an unsynchronized DTSTART undefined).
+
+Corrections around python-dateutil:
+- It emits local times that do not exist; rule 2 turns each into a real instant or
+  drops it.
+- Its first WEEKLY period starts at DTSTART instead of at the week start (WKST), so
+  BYSETPOS counts from the wrong day in the first week (dateutil issue #1398). We always
+  hand it a DTSTART on a period boundary (the "anchor") with every default that RFC 5545
+  derives from DTSTART written out explicitly, and drop what falls before the real start.
+- It searches until year 9999 for a rule that never matches (seconds of CPU). We expand
+  in an equivalent year near 9999: the Gregorian calendar repeats exactly every 400 years
+  (146,097 days = 20,871 weeks), so shifting the anchor by a multiple of 400 years and
+  back changes no occurrence, while dateutil's own MAXYEAR guard now ends any search after
+  `window_years` to `window_years + 400` years.
+
+Cost does not grow with age: for a rule without COUNT the anchor is the period boundary
+just before the time asked about, with the rule's INTERVAL phase kept, so computing the
+next occurrence of a ten-year-old reminder expands no more than a new one. A rule with
+COUNT must count from its start; COUNT is capped (Limits.max_count) for that reason.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime, timedelta
+from functools import lru_cache
+from itertools import count as counter
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+from dateutil import rrule as du
+
+from reminder_core.domain.localtime import Ambiguous, Nonexistent, readings
+from reminder_core.domain.rrule import RecurRule, parse_rrule
+from reminder_core.errors import InvalidSchedule
+
+_DU_FREQ: dict[str, Literal[0, 1, 2, 3, 4, 5, 6]] = {
+    "YEARLY": du.YEARLY,
+    "MONTHLY": du.MONTHLY,
+    "WEEKLY": du.WEEKLY,
+    "DAILY": du.DAILY,
+    "HOURLY": du.HOURLY,
+    "MINUTELY": du.MINUTELY,
+    "SECONDLY": du.SECONDLY,
+}
+_CYCLE_YEARS = 400  # the Gregorian calendar repeats exactly every 400 years
+_MAX_YEAR = 9999  # datetime.MAXYEAR, where python-dateutil stops searching
+# UTC offsets lie within [-12h, +14h]: an occurrence at local time L is at or after
+# L - 14h in UTC, which bounds how far shifted or doubled readings can reorder.
+_MAX_OFFSET = timedelta(hours=14)
+_MAX_NEGATIVE_OFFSET = timedelta(hours=12)
+# Re-anchor this far before the local reading of `after`: more than any offset change
+# between two instants a day apart (Pacific/Apia skipped a whole day, +24h, in 2011).
+_ANCHOR_MARGIN = timedelta(hours=26)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on one expansion, so that no input can make a request spin.
+
+    Attributes:
+        max_iterations: local candidates examined per call.
+        max_seconds: wall time per call (checked every 256 candidates).
+        window_years: shortest search window (the real one is up to 400 years longer).
+        max_count: largest RRULE COUNT accepted.
+        max_exdates: largest number of exdates accepted.
+        min_spacing_s: smallest gap between occurrences accepted (seconds).
+    """
+
+    max_iterations: int = 100_000
+    max_seconds: float = 0.5
+    window_years: int = 100
+    max_count: int = 1000
+    max_exdates: int = 100
+    min_spacing_s: float = 3600.0
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class ExpansionLimitExceeded(InvalidSchedule):
+    """Expanding the rule took more iterations or time than `Limits` allow."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__("rrule", f"is too expensive to expand ({what}); simplify the rule")
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A validated schedule, independent of any zone.
+
+    Attributes:
+        start_local: naive wall-clock start (for all-day reminders: the date at the
+            configured all-day time).
+        rule: the recurrence rule, or None for a one-time reminder.
+        exdates: naive local date-times left out (compared with the rule's wall time).
+        all_day: the start is a date.
+        nonexistent / ambiguous: DST policies.
+    """
+
+    start_local: datetime
+    rule: RecurRule | None = None
+    exdates: frozenset[datetime] = field(default_factory=frozenset)
+    all_day: bool = False
+    nonexistent: Nonexistent = "shift"
+    ambiguous: Ambiguous = "first"
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One occurrence.
+
+    Attributes:
+        local: the rule's wall-clock time (naive).
+        utc: the instant it fires (aware UTC), or None when `skipped`.
+        shifted: the wall time does not exist (DST gap) and was moved (policy `shift`).
+        skipped: the wall time does not exist and the occurrence is dropped (`skip`).
+    """
+
+    local: datetime
+    utc: datetime | None
+    shifted: bool = False
+    skipped: bool = False
+
+
+def compile_schedule(
+    start_local: datetime,
+    *,
+    rrule: str | None = None,
+    exdates: tuple[datetime, ...] = (),
+    all_day: bool = False,
+    nonexistent: Nonexistent = "shift",
+    ambiguous: Ambiguous = "first",
+    limits: Limits = DEFAULT_LIMITS,
+) -> Schedule:
+    """Validate a schedule's parts and return it.
+
+    Args:
+        start_local: naive wall-clock start (all-day: date at the all-day fire time).
+        rrule: RFC 5545 RRULE text, with or without "RRULE:", or None.
+        exdates: naive local date-times to leave out.
+
+    Raises:
+        InvalidSchedule: naming the field ("rrule", "exdates") and the reason; also when
+            the rule repeats more often than `limits.min_spacing_s`.
+    """
+    if start_local.tzinfo is not None:
+        raise ValueError("start_local must be naive")
+    if len(exdates) > limits.max_exdates:
+        raise InvalidSchedule("exdates", f"at most {limits.max_exdates} are allowed")
+    rule = None
+    if rrule is not None:
+        rule = parse_rrule(rrule, all_day=all_day, max_count=limits.max_count)
+        if all_day and (
+            rule.freq in ("HOURLY", "MINUTELY", "SECONDLY")
+            or rule.byhour is not None
+            or rule.byminute is not None
+            or rule.bysecond is not None
+        ):
+            raise InvalidSchedule(
+                "rrule",
+                "an all-day reminder repeats by days or longer; BYHOUR, BYMINUTE, BYSECOND "
+                "and sub-daily FREQ are not allowed (RFC 5545 §3.3.10)",
+            )
+    schedule = Schedule(
+        start_local=start_local,
+        rule=rule,
+        exdates=frozenset(exdates),
+        all_day=all_day,
+        nonexistent=nonexistent,
+        ambiguous=ambiguous,
+    )
+    if rule is not None:
+        _check_spacing(schedule, limits)
+    return schedule
+
+
+def _check_spacing(schedule: Schedule, limits: Limits) -> None:
+    rule = schedule.rule
+    assert rule is not None
+    minimum = limits.min_spacing_s
+    if rule.nominal_spacing_s < minimum:
+        raise InvalidSchedule(
+            "rrule",
+            f"FREQ={rule.freq};INTERVAL={rule.interval} repeats more often than the minimum "
+            f"spacing of {minimum:g} s",
+        )
+    previous: datetime | None = None
+    for i, local in enumerate(_local_candidates(schedule, None, limits, _Budget(limits))):
+        if previous is not None and (local - previous).total_seconds() < minimum:
+            raise InvalidSchedule(
+                "rrule",
+                f"occurrences {previous:%Y-%m-%dT%H:%M:%S} and {local:%Y-%m-%dT%H:%M:%S} are "
+                f"closer than the minimum spacing of {minimum:g} s",
+            )
+        previous = local
+        if i >= 50:
+            break
+
+
+class _Budget:
+    """Counts iterations and wall time of one expansion."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.iterations = 0
+        self.deadline = time.monotonic() + limits.max_seconds
+
+    def tick(self) -> None:
+        self.iterations += 1
+        if self.iterations > self.limits.max_iterations:
+            raise ExpansionLimitExceeded(f"over {self.limits.max_iterations} iterations")
+        if self.iterations % 256 == 0 and time.monotonic() > self.deadline:
+            raise ExpansionLimitExceeded(f"over {self.limits.max_seconds:g} s")
+
+
+def _anchor(rule: RecurRule, start: datetime, target: datetime) -> datetime:
+    """The period boundary at or before `target` (not before `start`'s period) whose
+    period index is a multiple of INTERVAL counted from `start`'s period."""
+    n = rule.interval
+    if rule.freq == "YEARLY":
+        k = max(0, (target.year - start.year) // n)
+        return datetime(start.year + k * n, 1, 1)
+    if rule.freq == "MONTHLY":
+        months = (target.year - start.year) * 12 + target.month - start.month
+        total = start.month - 1 + max(0, months // n) * n
+        return datetime(start.year + total // 12, total % 12 + 1, 1)
+    if rule.freq == "WEEKLY":
+        first = _week_start(start.date(), rule.wkst)
+        weeks = (_week_start(target.date(), rule.wkst) - first).days // 7
+        return _midnight(first + timedelta(weeks=max(0, weeks // n) * n))
+    if rule.freq == "DAILY":
+        days = (target.date() - start.date()).days
+        return _midnight(start.date() + timedelta(days=max(0, days // n) * n))
+    unit = {"HOURLY": 3600, "MINUTELY": 60, "SECONDLY": 1}[rule.freq]
+    base = start.replace(microsecond=0)
+    if rule.freq == "HOURLY":
+        base = base.replace(minute=0, second=0)
+    elif rule.freq == "MINUTELY":
+        base = base.replace(second=0)
+    steps = int((target - base).total_seconds() // (unit * n))
+    return base + timedelta(seconds=max(0, steps) * unit * n)
+
+
+@lru_cache(maxsize=4096)
+def _as_monthly(rule: RecurRule, start: datetime) -> tuple[RecurRule, datetime]:
+    """An equivalent MONTHLY rule for a simple YEARLY one, and the start its phase counts
+    from; other rules come back unchanged with `start`.
+
+    python-dateutil walks every day of each year for FREQ=YEARLY (about 60 µs a year)
+    but only the days of the chosen months for FREQ=MONTHLY. Without BYWEEKNO, BYYEARDAY,
+    BYSETPOS or ordinal BYDAY (whose meaning depends on the period), a yearly rule is the
+    same set as: one month every 12 x INTERVAL months, or (INTERVAL=1) several months
+    every year (RFC 5545 §3.3.10 expands BYMONTHDAY and BYDAY within the month alike).
+    """
+    if (
+        rule.freq != "YEARLY"
+        or rule.byweekno is not None
+        or rule.byyearday is not None
+        or rule.bysetpos is not None
+        or (rule.byday is not None and any(d.n is not None for d in rule.byday))
+    ):
+        return rule, start
+    if rule.bymonth is not None:
+        months = rule.bymonth
+    elif rule.bymonthday is None and rule.byday is None:
+        months = (start.month,)
+    else:
+        months = tuple(range(1, 13))
+    if len(months) == 1:
+        monthly = replace(rule, freq="MONTHLY", interval=12 * rule.interval, bymonth=None)
+        return monthly, start.replace(month=months[0], day=1)
+    if rule.interval == 1:
+        return replace(rule, freq="MONTHLY", bymonth=months), start
+    return rule, start
+
+
+def _week_start(day: date, wkst: int) -> date:
+    return day - timedelta(days=(day.weekday() - wkst) % 7)
+
+
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day)
+
+
+def _dateutil_rule(rule: RecurRule, start: datetime, anchor: datetime) -> du.rrule:
+    """dateutil rule at `anchor`, with every default RFC 5545 takes from DTSTART explicit."""
+    bymonth, bymonthday, byday = rule.bymonth, rule.bymonthday, rule.byday
+    weekdays: tuple[du.weekday, ...] | None = (
+        tuple(du.weekday(d.weekday, d.n) for d in byday) if byday is not None else None
+    )
+    if rule.byweekno is None and rule.byyearday is None and bymonthday is None and byday is None:
+        if rule.freq == "YEARLY":
+            bymonth = bymonth or (start.month,)
+            bymonthday = (start.day,)
+        elif rule.freq == "MONTHLY":
+            bymonthday = (start.day,)
+        elif rule.freq == "WEEKLY":
+            weekdays = (du.weekday(start.weekday()),)
+    sub_daily = rule.freq in ("HOURLY", "MINUTELY", "SECONDLY")
+    byhour = rule.byhour if rule.byhour is not None or sub_daily else (start.hour,)
+    byminute = (
+        rule.byminute
+        if rule.byminute is not None or rule.freq in ("MINUTELY", "SECONDLY")
+        else (start.minute,)
+    )
+    bysecond = (
+        rule.bysecond if rule.bysecond is not None or rule.freq == "SECONDLY" else (start.second,)
+    )
+    return du.rrule(
+        _DU_FREQ[rule.freq],
+        dtstart=anchor,
+        interval=rule.interval,
+        wkst=rule.wkst,
+        bymonth=bymonth,
+        bymonthday=bymonthday,
+        byyearday=rule.byyearday,
+        byweekno=rule.byweekno,
+        byweekday=weekdays,
+        byhour=byhour,
+        byminute=byminute,
+        bysecond=bysecond,
+        bysetpos=rule.bysetpos,
+        cache=False,
+    )
+
+
+def _local_candidates(
+    schedule: Schedule, target: datetime | None, limits: Limits, budget: _Budget
+) -> Iterator[datetime]:
+    """Nominal local occurrences >= start (and from about `target`), ascending.
+
+    COUNT, UNTIL, EXDATE and zones are applied by the caller; for a rule with COUNT the
+    caller needs every candidate from the start, so `target` is ignored then.
+    """
+    start, rule = schedule.start_local, schedule.rule
+    if rule is None:
+        yield start
+        return
+    from_local = start if target is None or rule.count is not None else max(start, target)
+    rule, phase = _as_monthly(rule, start)
+    anchor = _anchor(rule, phase, from_local)
+    cycles = max(0, (_MAX_YEAR - limits.window_years - anchor.year) // _CYCLE_YEARS)
+    shifted = anchor.replace(year=anchor.year + cycles * _CYCLE_YEARS)
+    back = shifted - anchor  # an exact number of days: 146,097 per 400 years
+    for candidate in _dateutil_rule(rule, start, shifted):
+        budget.tick()
+        local = candidate - back
+        if local >= start:
+            yield local
+
+
+def iter_occurrences(
+    schedule: Schedule,
+    zone: ZoneInfo,
+    *,
+    after: datetime | None = None,
+    inclusive: bool = True,
+    include_skipped: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+) -> Iterator[Occurrence]:
+    """Occurrences in `zone`, ascending by instant, each instant once.
+
+    Args:
+        after: aware datetime; only occurrences at (`inclusive`) or after it. None: from
+            the start.
+        include_skipped: also yield occurrences dropped by the `skip` policy (utc None),
+            in their place, for previews.
+
+    Raises:
+        ExpansionLimitExceeded: the rule needs more iterations or time than `limits`.
+    """
+    rule = schedule.rule
+    after_utc = after.astimezone(UTC) if after is not None else None
+    target = skip_below = None
+    if after_utc is not None:
+        target = after_utc.astimezone(zone).replace(tzinfo=None) - _ANCHOR_MARGIN
+        # A local time L fires at or before L + 12h (UTC): below this it cannot reach `after`.
+        skip_below = (after_utc - _MAX_NEGATIVE_OFFSET).replace(tzinfo=None)
+    until = rule.until.value if rule is not None and rule.until is not None else None
+    until_date = until if until is not None and not isinstance(until, datetime) else None
+    until_utc = until if isinstance(until, datetime) else None
+    max_count = rule.count if rule is not None else None
+    exdates = schedule.exdates
+    policy = (schedule.nonexistent, schedule.ambiguous)
+    heap: list[tuple[datetime, int, Occurrence]] = []
+    order = counter()
+    counted = 0
+    last: datetime | None = None
+
+    def release(bound: datetime | None) -> Iterator[Occurrence]:
+        nonlocal last
+        while heap and (bound is None or heap[0][0] < bound):
+            key, _, occ = heapq.heappop(heap)
+            if occ.utc is None:
+                if include_skipped and (after_utc is None or key >= after_utc):
+                    yield occ
+                continue
+            if occ.utc == last:
+                continue  # two readings, one instant: fire once
+            if after_utc is not None and (
+                occ.utc < after_utc or (not inclusive and occ.utc == after_utc)
+            ):
+                continue
+            last = occ.utc
+            yield occ
+
+    for local in _local_candidates(schedule, target, limits, _Budget(limits)):
+        if heap:
+            # Whatever comes later fires at or after local - 14h (UTC): release what
+            # cannot be overtaken any more.
+            yield from release(local.replace(tzinfo=UTC) - _MAX_OFFSET)
+        if until_date is not None and local.date() > until_date:
+            break
+        if max_count is None and skip_below is not None and local < skip_below:
+            continue  # cannot reach `after`, and nothing to count
+        instants, real = readings(local, zone, *policy)
+        if until_utc is not None:
+            if instants and instants[0] > until_utc:
+                break
+            instants = [i for i in instants if i <= until_utc]
+        if instants or real:
+            counted += 1  # a skipped gap time is not counted (RFC 5545 §3.3.10)
+        if local not in exdates:
+            if not instants:
+                if include_skipped:
+                    where = readings(local, zone)[0][0]  # where `shift` would put it
+                    heapq.heappush(heap, (where, next(order), Occurrence(local, None, False, True)))
+            elif real and len(instants) == 1 and not heap:
+                # An instant that exists once is never overtaken by the reading of a later
+                # local time (offsets jump ahead only across a gap the wall clock skips),
+                # so with nothing pending it goes out at once.
+                instant = instants[0]
+                if instant != last and (
+                    after_utc is None or instant > after_utc or (inclusive and instant == after_utc)
+                ):
+                    last = instant
+                    yield Occurrence(local, instant)
+            else:
+                for instant in instants:
+                    occ = Occurrence(local, instant, shifted=not real)
+                    heapq.heappush(heap, (instant, next(order), occ))
+        if max_count is not None and counted >= max_count:
+            break
+    yield from release(None)
+
+
+def next_occurrence(
+    schedule: Schedule,
+    zone: ZoneInfo,
+    after: datetime,
+    *,
+    inclusive: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+) -> datetime | None:
+    """The first instant strictly after `after` (or at it, `inclusive`), aware UTC; None
+    when the schedule has no more occurrences (COUNT/UNTIL reached, one-time in the past,
+    or none within the search window).
+
+    Raises:
+        ExpansionLimitExceeded: the rule needs more iterations or time than `limits`.
+    """
+    for occ in iter_occurrences(schedule, zone, after=after, inclusive=inclusive, limits=limits):
+        return occ.utc
+    return None
+
+
+def occurrences_between(
+    schedule: Schedule,
+    zone: ZoneInfo,
+    after: datetime,
+    until: datetime,
+    *,
+    max_items: int = 10_000,
+    limits: Limits = DEFAULT_LIMITS,
+) -> list[datetime]:
+    """Instants in (`after`, `until`], ascending, at most `max_items` (aware UTC)."""
+    found: list[datetime] = []
+    for occ in iter_occurrences(schedule, zone, after=after, inclusive=False, limits=limits):
+        assert occ.utc is not None
+        if occ.utc > until or len(found) >= max_items:
+            break
+        found.append(occ.utc)
+    return found
+
+
+def preview(
+    schedule: Schedule,
+    zone: ZoneInfo,
+    after: datetime,
+    limit: int,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+) -> list[Occurrence]:
+    """The next `limit` occurrences at or after `after`, skipped ones included and flagged."""
+    items: list[Occurrence] = []
+    for occ in iter_occurrences(schedule, zone, after=after, include_skipped=True, limits=limits):
+        items.append(occ)
+        if len(items) >= limit:
+            break
+    return items
+
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "ExpansionLimitExceeded",
+    "Limits",
+    "Occurrence",
+    "Schedule",
+    "compile_schedule",
+    "iter_occurrences",
+    "next_occurrence",
+    "occurrences_between",
+    "preview",
+]
