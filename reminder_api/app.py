@@ -13,10 +13,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reminder_api.deps import AppContext
 from reminder_api.errors import RequestTooLarge, install_error_handlers, problem
-from reminder_api.routes import reminders
+from reminder_api.routes import occurrences, reminders
 from reminder_core.clock import utcnow
 from reminder_core.db.session import make_sessionmaker
 from reminder_core.profiles import ProfileSource
+from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 
 MAX_BODY_BYTES = 64 * 1024
@@ -52,11 +53,13 @@ def create_app(
         profiles=profiles,
         clock=clock,
         jwt_key=settings.jwt_key(),
+        schedule_config=ScheduleConfig.from_settings(settings),
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
 
     app.include_router(reminders.router)
+    app.include_router(occurrences.router)
 
     @app.get("/healthz", tags=["operations"])
     def healthz() -> dict[str, str]:

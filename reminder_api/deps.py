@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from reminder_core.profiles import ProfileSource
+from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from reminder_core.tokens import TokenError, verify_token
 
@@ -26,6 +27,7 @@ class AppContext:
     profiles: ProfileSource
     clock: Callable[[], datetime]
     jwt_key: str
+    schedule_config: ScheduleConfig
 
 
 def context(request: Request) -> AppContext:

@@ -85,8 +85,9 @@ def _message(err: dict[str, Any]) -> str:
 
 def _auth_problem(request: Request) -> JSONResponse | None:
     """401 problem when a /v1 route is called without a valid bearer token, else None."""
-    if not request.url.path.startswith("/v1/reminders"):
-        return None
+    path = request.url.path
+    if not path.startswith("/v1/") or path.startswith("/v1/webhooks/"):
+        return None  # webhooks authenticate with provider signatures, not bearer tokens
     ctx = request.app.state.ctx
     header = request.headers.get("authorization", "")
     scheme, _, credentials = header.partition(" ")

@@ -22,6 +22,15 @@ def get(session: Session, user_id: str, reminder_id: uuid.UUID) -> Reminder | No
     ).one_or_none()
 
 
+def lock(session: Session, user_id: str, reminder_id: uuid.UUID) -> Reminder | None:
+    """The user's reminder, row-locked (SELECT ... FOR UPDATE) until the caller commits."""
+    return session.scalars(
+        select(Reminder)
+        .where(Reminder.id == reminder_id, Reminder.user_id == user_id)
+        .with_for_update()
+    ).one_or_none()
+
+
 def get_by_request_id(session: Session, user_id: str, client_request_id: str) -> Reminder | None:
     """The reminder this user created with this idempotency key, or None."""
     return session.scalars(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -12,6 +13,8 @@ from reminder_core.domain.states import ReminderStatus
 MAX_TITLE = 200
 MAX_BODY = 10_000
 MAX_REQUEST_ID = 200
+MAX_RRULE_CHARS = 1024
+MAX_EXDATES_IN_REQUEST = 1000  # parse bound; the configured MAX_EXDATES is checked later
 
 
 def _no_nul(value: str | None) -> str | None:
@@ -21,15 +24,42 @@ def _no_nul(value: str | None) -> str | None:
     return value
 
 
-class ReminderCreate(BaseModel):
-    """Body of POST /v1/reminders (one-time reminder)."""
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
-    title: str = Field(min_length=1, max_length=MAX_TITLE, examples=["Call the dentist"])
-    body: str | None = Field(default=None, max_length=MAX_BODY)
+class DstPolicy(Strict):
+    """What to do with local times that DST makes disappear or repeat (DESIGN §3)."""
+
+    nonexistent: Literal["shift", "skip"] = Field(
+        default="shift",
+        description="A time in the spring-forward gap: 'shift' fires it with the offset "
+        "before the gap (RFC 5545 §3.3.5), 'skip' drops it (RFC 5545 §3.3.10).",
+    )
+    ambiguous: Literal["first", "last", "both"] = Field(
+        default="first",
+        description="A time that occurs twice at fall-back: fire at the first, the last, or both.",
+    )
+
+
+class MisfirePolicy(Strict):
+    """What to do with occurrences found already due after downtime or a backlog."""
+
+    policy: Literal["latest", "skip", "all"] = Field(
+        default="latest",
+        description="'latest': send only the latest due occurrence, record older ones as "
+        "missed; 'skip': record anything later than max_lateness_s as missed; 'all': send "
+        "every occurrence, oldest first.",
+    )
+    max_lateness_s: int = Field(default=3600, ge=0, le=30 * 86400)
+
+
+class ScheduleIn(Strict):
+    """When a reminder fires."""
+
     start_local: str = Field(
-        description="Local date-time without offset, 'YYYY-MM-DDTHH:MM[:SS]'.",
+        description="Local date-time without offset, 'YYYY-MM-DDTHH:MM[:SS]'; a date "
+        "'YYYY-MM-DD' for an all-day reminder.",
         examples=["2026-12-24T09:00"],
     )
     timezone: str | None = Field(
@@ -37,6 +67,41 @@ class ReminderCreate(BaseModel):
         description="IANA zone; omitted: follow the user's profile timezone.",
         examples=["Europe/Paris"],
     )
+    rrule: str | None = Field(
+        default=None,
+        max_length=MAX_RRULE_CHARS,
+        description="RFC 5545 RRULE, with or without 'RRULE:'; omitted: one-time.",
+        examples=["FREQ=WEEKLY;BYDAY=MO,WE"],
+    )
+    exdates: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_EXDATES_IN_REQUEST,
+        description="Local date-times (dates for all-day reminders) to leave out.",
+    )
+    all_day: bool = Field(
+        default=False, description="Fires at the configured local time (default 09:00)."
+    )
+    dst: DstPolicy = Field(default_factory=DstPolicy)
+
+    @field_validator("timezone", "start_local", "rrule")
+    @classmethod
+    def _text(cls, value: str | None) -> str | None:
+        return _no_nul(value)
+
+    @field_validator("exdates")
+    @classmethod
+    def _exdates(cls, value: list[str]) -> list[str]:
+        for item in value:
+            _no_nul(item)
+        return value
+
+
+class ReminderCreate(ScheduleIn):
+    """Body of POST /v1/reminders."""
+
+    title: str = Field(min_length=1, max_length=MAX_TITLE, examples=["Call the dentist"])
+    body: str | None = Field(default=None, max_length=MAX_BODY)
+    misfire: MisfirePolicy = Field(default_factory=MisfirePolicy)
     client_request_id: str | None = Field(
         default=None,
         min_length=1,
@@ -52,10 +117,50 @@ class ReminderCreate(BaseModel):
         _no_nul(value)
         return value
 
-    @field_validator("body", "timezone", "client_request_id", "start_local")
+    @field_validator("body", "client_request_id")
+    @classmethod
+    def _plain(cls, value: str | None) -> str | None:
+        return _no_nul(value)
+
+
+class ReminderPatch(Strict):
+    """Body of PATCH /v1/reminders/{id}: only the fields given change; null clears body,
+    timezone (follow the profile again) and rrule (one-time)."""
+
+    title: str | None = Field(default=None, min_length=1, max_length=MAX_TITLE)
+    body: str | None = Field(default=None, max_length=MAX_BODY)
+    start_local: str | None = None
+    timezone: str | None = None
+    rrule: str | None = Field(default=None, max_length=MAX_RRULE_CHARS)
+    exdates: list[str] | None = Field(default=None, max_length=MAX_EXDATES_IN_REQUEST)
+    all_day: bool | None = None
+    dst: DstPolicy | None = None
+    misfire: MisfirePolicy | None = None
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be blank")
+        return _no_nul(value)
+
+    @field_validator("body", "start_local", "timezone", "rrule")
     @classmethod
     def _text(cls, value: str | None) -> str | None:
         return _no_nul(value)
+
+    @field_validator("exdates")
+    @classmethod
+    def _exdates(cls, value: list[str] | None) -> list[str] | None:
+        for item in value or ():
+            _no_nul(item)
+        return value
+
+
+class PreviewRequest(ScheduleIn):
+    """Body of POST /v1/occurrences:preview: a schedule that is not saved."""
+
+    limit: int = Field(default=10, ge=1, le=100)
 
 
 class ReminderOut(BaseModel):
@@ -66,6 +171,11 @@ class ReminderOut(BaseModel):
     body: str | None
     start_local: str
     timezone: str | None = Field(description="Fixed zone, or null when following the profile.")
+    rrule: str | None
+    exdates: list[str]
+    all_day: bool
+    dst: DstPolicy
+    misfire: MisfirePolicy
     status: ReminderStatus
     next_run_utc: datetime | None
     version: int
@@ -82,3 +192,20 @@ class ReminderPage(BaseModel):
     next_cursor: str | None = Field(
         description="Pass as ?cursor= for the next page; null at the end."
     )
+
+
+class OccurrenceOut(BaseModel):
+    """One upcoming occurrence."""
+
+    run_time_utc: datetime | None = Field(description="When it fires; null when skipped.")
+    local: str = Field(description="Local wall time with offset, e.g. 2027-03-14T03:30:00-04:00")
+    rule_local: str = Field(description="The rule's wall time (differs when shifted).")
+    shifted: bool = Field(description="DST moved it: its wall time does not exist that day.")
+    skipped: bool = Field(description="DST dropped it (policy 'skip').")
+
+
+class OccurrenceList(BaseModel):
+    """Upcoming occurrences, ascending."""
+
+    timezone: str
+    items: list[OccurrenceOut]

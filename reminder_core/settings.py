@@ -68,7 +68,18 @@ class Settings(BaseSettings):
     delivery_lease_s: float = Field(
         default=120.0, gt=0, description="A `sending` row is taken over after this long."
     )
-    all_day_local_time: time = time(9, 0)
+    all_day_local_time: time = Field(
+        default=time(9, 0), description="Local time at which all-day reminders fire."
+    )
+    min_recurrence_spacing_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Refuse rules whose occurrences come closer than this (seconds).",
+    )
+    max_rrule_count: int = Field(default=1000, ge=1, le=100_000)
+    max_exdates: int = Field(default=100, ge=0, le=10_000)
+    expansion_max_iterations: int = Field(default=100_000, ge=100)
+    expansion_max_seconds: float = Field(default=0.5, gt=0, le=10)
 
     # --- email ---
     mail_dir: Path | None = Field(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reminder_core.logging import configure_logging
 from reminder_core.runtime import Runtime, open_runtime, run_services
+from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers import FileSinkProvider
 from sender.render import Renderer
@@ -21,6 +22,7 @@ def build(rt: Runtime) -> Sender:
         mail_from=s.mail_from,
         visibility_timeout_s=s.visibility_timeout_s,
         lease_s=s.delivery_lease_s,
+        schedule_config=ScheduleConfig.from_settings(s),
         batch_size=s.sender_batch_size,
     )
 

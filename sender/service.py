@@ -9,21 +9,26 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Engine, Row
 
 from reminder_core.clock import utcnow
 from reminder_core.db.queries import query
 from reminder_core.domain.localtime import idempotency_key
+from reminder_core.domain.misfire import MisfirePlan, plan_misfire
+from reminder_core.domain.recurrence import Schedule, next_occurrence, occurrences_between
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 from reminder_core.errors import (
     InfrastructureError,
+    InvalidSchedule,
     PermanentDeliveryError,
     TransientDeliveryError,
 )
 from reminder_core.metrics import DELIVERY_LAG, SENDS
-from reminder_core.profiles import ProfileSource
+from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.queue import Message, Queue
+from reminder_core.scheduling import ScheduleConfig, build_schedule, zone_for
 from reminder_core.worker.loop import TickResult
 from sender.providers.base import OutgoingEmail, Provider
 from sender.render import Renderer
@@ -39,6 +44,7 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"  # reminder cancelled or rescheduled since the claim
     FAILED = "failed"  # permanent error, recorded
     RETRY = "retry"  # transient error; the message comes back after a backoff
+    MISSED = "missed"  # too late under the misfire policy; recorded, not sent
     BUSY = "busy"  # another worker holds a live lease on the occurrence
     DROPPED = "dropped"  # malformed message or unknown reminder
 
@@ -76,10 +82,12 @@ class Occurrence:
 class Sender:
     """Receives occurrences and delivers each at most once per idempotency key.
 
-    Per message (DESIGN §4): re-read the reminder (a cancel or reschedule wins); insert the
-    unique delivery row as `sending` with a lease, or take over an expired one; render at
-    send time; call the provider outside any transaction; complete the row (fenced by the
-    lease token) and move the reminder on in one transaction; then delete the message.
+    Per message (DESIGN §4): re-read the reminder (a cancel, pause or reschedule wins);
+    apply the misfire policy to what is already due (record older occurrences `missed`);
+    insert the unique delivery row as `sending` with a lease, or take over an expired one;
+    render at send time; call the provider outside any transaction; complete the row
+    (fenced by the lease token) and move the reminder to its next occurrence, computed in
+    the zone in force now, in one transaction; then delete the message.
 
     Args:
         engine: database engine.
@@ -90,6 +98,7 @@ class Sender:
         mail_from: From header.
         visibility_timeout_s: how long a received message stays hidden.
         lease_s: a `sending` row older than this is taken over by the next receiver.
+        schedule_config: recurrence limits and the all-day fire time.
         batch_size: messages per receive (<= 10, as SQS).
         clock: current time for instants taken after a send (sent_at); aware UTC.
     """
@@ -107,6 +116,7 @@ class Sender:
         mail_from: str,
         visibility_timeout_s: float,
         lease_s: float,
+        schedule_config: ScheduleConfig,
         batch_size: int = 10,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -118,6 +128,7 @@ class Sender:
         self.mail_from = mail_from
         self.visibility_timeout_s = visibility_timeout_s
         self.lease_s = lease_s
+        self.schedule_config = schedule_config
         self.batch_size = batch_size
         self._clock = clock
 
@@ -148,8 +159,14 @@ class Sender:
             log.error("dropping malformed message %s: %r", message.message_id, message.body)
             self._queue.delete([message.receipt_handle])
             return Outcome.DROPPED
+        try:
+            profile = self._profiles.get(occ.user_id)
+        except InfrastructureError as exc:
+            return self._retry_later(message, None, None, exc)
 
         lease_token = uuid.uuid4()
+        chosen: datetime | None = None
+        delivery_id: uuid.UUID | None = None
         with self._engine.begin() as conn:
             reminder = conn.execute(
                 query("reminder_for_send"), {"reminder_id": occ.reminder_id}
@@ -161,6 +178,7 @@ class Sender:
                 recorded = self._record_terminal(
                     conn,
                     occ,
+                    occ.run_time_utc,
                     DeliveryStatus.CANCELLED,
                     now,
                     f"superseded: reminder is {reminder.status}",
@@ -169,58 +187,130 @@ class Sender:
                 # message is a duplicate of the one that sent it).
                 outcome = Outcome.CANCELLED if recorded else Outcome.DUPLICATE
             else:
-                taken = conn.execute(
-                    query("delivery_begin"),
-                    {
-                        "reminder_id": occ.reminder_id,
-                        "user_id": reminder.user_id,
-                        "run_time_utc": occ.run_time_utc,
-                        "now": now,
-                        "lease_token": lease_token,
-                        "lease_expired_before": now - timedelta(seconds=self.lease_s),
-                    },
-                ).one_or_none()
-                if taken is None:
-                    status = conn.execute(
-                        query("delivery_status"),
-                        {"reminder_id": occ.reminder_id, "run_time_utc": occ.run_time_utc},
-                    ).scalar_one_or_none()
-                    outcome = (
-                        Outcome.BUSY if status == DeliveryStatus.SENDING else Outcome.DUPLICATE
+                zone = self._zone(reminder, profile)
+                plan = self._plan(conn, reminder, occ, zone, now)
+                for missed in plan.missed:
+                    self._record_terminal(
+                        conn,
+                        occ,
+                        missed,
+                        DeliveryStatus.MISSED,
+                        now,
+                        f"missed: {(now - missed).total_seconds():.0f} s late, "
+                        f"misfire policy {reminder.misfire_policy}",
                     )
+                chosen = plan.send
+                if chosen is None:
+                    self._advance(conn, occ, zone, after=now, sent=True, error=None, now=now)
+                    outcome = Outcome.MISSED
                 else:
-                    delivery_id = taken.id
-                    outcome = Outcome.SENT  # provisional: we hold the lease
+                    taken = conn.execute(
+                        query("delivery_begin"),
+                        {
+                            "reminder_id": occ.reminder_id,
+                            "user_id": reminder.user_id,
+                            "run_time_utc": chosen,
+                            "now": now,
+                            "lease_token": lease_token,
+                            "lease_expired_before": now - timedelta(seconds=self.lease_s),
+                        },
+                    ).one_or_none()
+                    if taken is None:
+                        status = conn.execute(
+                            query("delivery_status"),
+                            {"reminder_id": occ.reminder_id, "run_time_utc": chosen},
+                        ).scalar_one_or_none()
+                        outcome = (
+                            Outcome.BUSY if status == DeliveryStatus.SENDING else Outcome.DUPLICATE
+                        )
+                    else:
+                        delivery_id = taken.id
+                        outcome = Outcome.SENT  # provisional: we hold the lease
         if outcome is not Outcome.SENT:
             if outcome is not Outcome.BUSY:
                 self._queue.delete([message.receipt_handle])
             SENDS.labels(provider=self._provider.name, outcome=outcome.value).inc()
             return outcome
-        assert reminder is not None  # SENT is only set after the reminder was read
-        return self._deliver(message, occ, reminder, delivery_id, lease_token)
+        assert reminder is not None
+        assert chosen is not None
+        assert delivery_id is not None
+        return self._deliver(message, occ, reminder, profile, chosen, delivery_id, lease_token)
+
+    def _zone(self, reminder: Row[Any], profile: Profile | None) -> ZoneInfo | None:
+        try:
+            return zone_for(reminder.timezone, profile)
+        except InvalidSchedule:
+            return None
+
+    def _schedule_of(self, reminder: Row[Any]) -> Schedule:
+        return build_schedule(
+            start_local=reminder.start_local,
+            all_day=reminder.all_day,
+            rrule=reminder.rrule,
+            exdates=reminder.exdates or (),
+            nonexistent=reminder.dst_nonexistent,
+            ambiguous=reminder.dst_ambiguous,
+            config=self.schedule_config,
+        )
+
+    def _plan(
+        self,
+        conn: Connection,
+        reminder: Row[Any],
+        occ: Occurrence,
+        zone: ZoneInfo | None,
+        now: datetime,
+    ) -> MisfirePlan:
+        """Which due occurrence to send now, and which to record as missed."""
+        in_flight = conn.execute(
+            query("delivery_in_flight"),
+            {"reminder_id": occ.reminder_id, "from_utc": occ.run_time_utc},
+        ).scalar_one_or_none()
+        due = [occ.run_time_utc]
+        if reminder.rrule is not None and zone is not None and now > occ.run_time_utc:
+            try:
+                due += occurrences_between(
+                    self._schedule_of(reminder),
+                    zone,
+                    occ.run_time_utc,
+                    now,
+                    limits=self.schedule_config.limits,
+                )
+            except InvalidSchedule as exc:
+                log.warning("cannot list due occurrences of %s: %s", occ.reminder_id, exc)
+        if in_flight is not None and in_flight in due:
+            # An earlier attempt already chose this one: keep it (its row is `sending`).
+            return MisfirePlan(send=in_flight, missed=tuple(d for d in due if d < in_flight))
+        return plan_misfire(
+            reminder.misfire_policy, due, now=now, max_lateness_s=reminder.max_lateness_s
+        )
 
     def _deliver(
         self,
         message: Message,
         occ: Occurrence,
         reminder: Row[Any],
+        profile: Profile | None,
+        chosen: datetime,
         delivery_id: uuid.UUID,
         lease_token: uuid.UUID,
     ) -> Outcome:
-        key = idempotency_key(occ.reminder_id, occ.run_time_utc)
+        key = idempotency_key(occ.reminder_id, chosen)
         recipient: str | None = None
+        zone = self._zone(reminder, profile)
         try:
-            profile = self._profiles.get(reminder.user_id)
             if profile is None:
                 raise PermanentDeliveryError(f"no profile for user {reminder.user_id!r}")
+            if zone is None:
+                raise PermanentDeliveryError(f"unknown time zone {reminder.timezone!r}")
             recipient = profile.email
             rendered = self._renderer.render(
                 reminder.template,
                 reminder_id=str(reminder.id),
                 title=reminder.title,
                 body=reminder.body,
-                run_time_utc=occ.run_time_utc,
-                timezone=reminder.timezone or profile.timezone,
+                run_time_utc=chosen,
+                timezone=zone.key,
             )
             receipt = self._provider.send(
                 OutgoingEmail(
@@ -233,27 +323,12 @@ class Sender:
                 idempotency_key=key,
             )
         except (TransientDeliveryError, InfrastructureError) as exc:
-            retry_after = getattr(exc, "retry_after_s", None)
-            delay = retry_after if retry_after is not None else min(2.0**message.receive_count, 60)
-            now = self._clock()
-            with self._engine.begin() as conn:
-                conn.execute(
-                    query("delivery_release"),
-                    {"id": delivery_id, "lease_token": lease_token, "error": str(exc), "now": now},
-                )
-            self._queue.change_visibility(message.receipt_handle, now=now, timeout_s=delay)
-            log.warning("transient failure for %s, retry in %.0fs: %s", key, delay, exc)
-            SENDS.labels(provider=self._provider.name, outcome=Outcome.RETRY.value).inc()
-            return Outcome.RETRY
+            return self._retry_later(message, delivery_id, lease_token, exc)
         except PermanentDeliveryError as exc:
             self._complete(
-                occ,
-                delivery_id,
-                lease_token,
-                status=DeliveryStatus.FAILED,
-                recipient=recipient,
-                error=str(exc),
-            )
+                occ, chosen, zone, delivery_id, lease_token,
+                status=DeliveryStatus.FAILED, recipient=recipient, error=str(exc),
+            )  # fmt: skip
             self._queue.delete([message.receipt_handle])
             log.error("permanent failure for %s: %s", key, exc)
             SENDS.labels(provider=self._provider.name, outcome=Outcome.FAILED.value).inc()
@@ -261,24 +336,43 @@ class Sender:
 
         sent_at = self._clock()
         self._complete(
-            occ,
-            delivery_id,
-            lease_token,
-            status=DeliveryStatus.SENT,
-            recipient=recipient,
-            sent_at=sent_at,
-            provider=receipt.provider,
-            provider_message_id=receipt.provider_message_id,
-        )
+            occ, chosen, zone, delivery_id, lease_token,
+            status=DeliveryStatus.SENT, recipient=recipient, sent_at=sent_at,
+            provider=receipt.provider, provider_message_id=receipt.provider_message_id,
+        )  # fmt: skip
         self._queue.delete([message.receipt_handle])
-        DELIVERY_LAG.observe(max(0.0, (sent_at - occ.run_time_utc).total_seconds()))
+        DELIVERY_LAG.observe(max(0.0, (sent_at - chosen).total_seconds()))
         SENDS.labels(provider=receipt.provider, outcome=Outcome.SENT.value).inc()
         log.info("sent %s to %s via %s", key, recipient, receipt.provider)
         return Outcome.SENT
 
+    def _retry_later(
+        self,
+        message: Message,
+        delivery_id: uuid.UUID | None,
+        lease_token: uuid.UUID | None,
+        exc: Exception,
+    ) -> Outcome:
+        """Give the lease back and hide the message for a backoff (Retry-After wins)."""
+        retry_after = getattr(exc, "retry_after_s", None)
+        delay = retry_after if retry_after is not None else min(2.0**message.receive_count, 60)
+        now = self._clock()
+        if delivery_id is not None:
+            with self._engine.begin() as conn:
+                conn.execute(
+                    query("delivery_release"),
+                    {"id": delivery_id, "lease_token": lease_token, "error": str(exc), "now": now},
+                )
+        self._queue.change_visibility(message.receipt_handle, now=now, timeout_s=delay)
+        log.warning("transient failure for %s, retry in %.0fs: %s", message.body, delay, exc)
+        SENDS.labels(provider=self._provider.name, outcome=Outcome.RETRY.value).inc()
+        return Outcome.RETRY
+
     def _complete(
         self,
         occ: Occurrence,
+        chosen: datetime,
+        zone: ZoneInfo | None,
         delivery_id: uuid.UUID,
         lease_token: uuid.UUID,
         *,
@@ -310,27 +404,74 @@ class Sender:
                 log.warning(
                     "lease on %s/%s was taken over; leaving it to the new holder",
                     occ.reminder_id,
-                    occ.run_time_utc.isoformat(),
+                    chosen.isoformat(),
                 )
                 return
-            reminder_status = (
-                ReminderStatus.COMPLETED if status is DeliveryStatus.SENT else ReminderStatus.FAILED
-            )
-            conn.execute(
-                query("reminder_finish_occurrence"),
-                {
-                    "id": occ.reminder_id,
-                    "run_time_utc": occ.run_time_utc,
-                    "status": reminder_status.value,
-                    "next_run_utc": None,
-                    "last_error": error,
-                    "now": now,
-                },
-            )
+            self._advance(
+                conn, occ, zone, after=chosen, sent=status is DeliveryStatus.SENT,
+                error=error, now=now,
+            )  # fmt: skip
+
+    def _advance(
+        self,
+        conn: Connection,
+        occ: Occurrence,
+        zone: ZoneInfo | None,
+        *,
+        after: datetime,
+        sent: bool,
+        error: str | None,
+        now: datetime,
+    ) -> None:
+        """Move the reminder to its first occurrence strictly after `after`, computed from
+        its current schedule (row-locked) in `zone`; `completed` when there is none. A
+        one-time reminder whose occurrence failed becomes `failed`. Nothing changes when a
+        user change already moved the reminder (DESIGN §4.5)."""
+        current = conn.execute(query("reminder_lock_for_advance"), {"id": occ.reminder_id}).one()
+        if current.next_run_utc != occ.run_time_utc or current.status not in (
+            ReminderStatus.CLAIMED,
+            ReminderStatus.PENDING,
+        ):
+            return
+        next_run: datetime | None = None
+        broken: str | None = None  # the schedule itself cannot be computed any more
+        if current.rrule is not None:
+            if zone is None:
+                broken = "cannot compute the next occurrence: no time zone is known"
+            else:
+                try:
+                    next_run = next_occurrence(
+                        self._schedule_of(current), zone, after, limits=self.schedule_config.limits
+                    )
+                except InvalidSchedule as exc:
+                    broken = f"cannot compute the next occurrence: {exc}"
+        if next_run is not None:
+            status = ReminderStatus.PENDING
+        elif broken is not None or (current.rrule is None and not sent):
+            status = ReminderStatus.FAILED
+        else:
+            status = ReminderStatus.COMPLETED  # one-time sent, or the rule has ended
+        error = broken or error
+        conn.execute(
+            query("reminder_finish_occurrence"),
+            {
+                "id": occ.reminder_id,
+                "run_time_utc": occ.run_time_utc,
+                "status": status.value,
+                "next_run_utc": next_run,
+                "last_error": error,
+                "now": now,
+            },
+        )
 
     @staticmethod
     def _record_terminal(
-        conn: Connection, occ: Occurrence, status: DeliveryStatus, now: datetime, error: str
+        conn: Connection,
+        occ: Occurrence,
+        run_time_utc: datetime,
+        status: DeliveryStatus,
+        now: datetime,
+        error: str,
     ) -> bool:
         """Insert a terminal row for an occurrence that has none; False if one exists."""
         result = conn.execute(
@@ -338,7 +479,7 @@ class Sender:
             {
                 "reminder_id": occ.reminder_id,
                 "user_id": occ.user_id,
-                "run_time_utc": occ.run_time_utc,
+                "run_time_utc": run_time_utc,
                 "status": status.value,
                 "error": error,
                 "now": now,

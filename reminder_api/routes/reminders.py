@@ -1,4 +1,5 @@
-"""/v1/reminders: create (idempotent), read, list (cursor), cancel."""
+"""/v1/reminders: create (idempotent), read, list (cursor), change (If-Match), pause,
+resume, cancel, and the occurrence preview of a saved reminder."""
 
 from __future__ import annotations
 
@@ -9,18 +10,42 @@ import json
 import uuid
 from datetime import datetime
 from typing import Annotated
+from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Depends, Header, Query, Response, status
 from sqlalchemy.orm import Session
 
 from reminder_api import repository
 from reminder_api.deps import AppContext, context, current_user, db_session
-from reminder_api.schemas import MAX_REQUEST_ID, ReminderCreate, ReminderOut, ReminderPage
+from reminder_api.schedules import (
+    first_run,
+    format_local,
+    occurrence_list,
+    parse_schedule,
+    schedule_of,
+    stored_of,
+)
+from reminder_api.schemas import (
+    MAX_REQUEST_ID,
+    DstPolicy,
+    MisfirePolicy,
+    OccurrenceList,
+    ReminderCreate,
+    ReminderOut,
+    ReminderPage,
+    ReminderPatch,
+)
 from reminder_core.db.models import Reminder
-from reminder_core.domain.localtime import load_zone, parse_start_local
-from reminder_core.domain.schedule import first_run_utc
+from reminder_core.domain.recurrence import next_occurrence
 from reminder_core.domain.states import ReminderStatus
-from reminder_core.errors import Conflict, InvalidInput, InvalidSchedule, NotFound
+from reminder_core.errors import (
+    Conflict,
+    InvalidInput,
+    InvalidSchedule,
+    NotFound,
+    PreconditionFailed,
+)
+from reminder_core.scheduling import zone_for
 
 router = APIRouter(prefix="/v1/reminders", tags=["reminders"])
 
@@ -28,14 +53,21 @@ User = Annotated[str, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
 Db = Annotated[Session, Depends(db_session)]
 
+LIVE = (ReminderStatus.PENDING, ReminderStatus.CLAIMED, ReminderStatus.PAUSED)
+
 
 def to_out(r: Reminder) -> ReminderOut:
     return ReminderOut(
         id=r.id,
         title=r.title,
         body=r.body,
-        start_local=r.start_local.isoformat(timespec="seconds"),
+        start_local=format_local(r.start_local, r.all_day),
         timezone=r.timezone,
+        rrule=r.rrule,
+        exdates=[format_local(d, r.all_day) for d in r.exdates or ()],
+        all_day=r.all_day,
+        dst=DstPolicy(nonexistent=r.dst_nonexistent, ambiguous=r.dst_ambiguous),  # type: ignore[arg-type]
+        misfire=MisfirePolicy(policy=r.misfire_policy, max_lateness_s=r.max_lateness_s),  # type: ignore[arg-type]
         status=ReminderStatus(r.status),
         next_run_utc=r.next_run_utc,
         version=r.version,
@@ -54,6 +86,18 @@ def fingerprint(payload: ReminderCreate) -> str:
     """Hash of the request body without its idempotency key (same key + other body → 409)."""
     canonical = json.dumps(payload.model_dump(exclude={"client_request_id"}), sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def zone_of(ctx: AppContext, user_id: str, timezone: str | None) -> ZoneInfo:
+    """The fixed zone, else the user's profile zone.
+
+    Raises:
+        InvalidSchedule: ("timezone") unknown zone, or none given and no profile zone.
+    """
+    zone = zone_for(timezone, None if timezone is not None else ctx.profiles.get(user_id))
+    if zone is None:
+        raise InvalidSchedule("timezone", "required: no profile timezone is known for this user")
+    return zone
 
 
 @router.post(
@@ -76,7 +120,8 @@ def create_reminder(
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=MAX_REQUEST_ID)
     ] = None,
 ) -> ReminderOut:
-    """Create a one-time reminder; one transaction, no provider call (DESIGN §4.1).
+    """Create a one-time or recurring reminder; one transaction, no provider call
+    (DESIGN §4.1). The response carries `next_run_utc`.
 
     Idempotent on `client_request_id` or the `Idempotency-Key` header: the same key and
     body return the reminder created first (200); the same key with another body is 409.
@@ -97,18 +142,18 @@ def create_reminder(
         if existing is not None:
             return _replay(existing, digest, response)
 
-    start_local = parse_start_local(payload.start_local)
-    if payload.timezone is not None:
-        zone = load_zone(payload.timezone)
-    else:
-        profile = ctx.profiles.get(user_id)
-        if profile is None:
-            raise InvalidSchedule(
-                "timezone", "required: no profile timezone is known for this user"
-            )
-        zone = load_zone(profile.timezone, field="timezone")
+    stored = parse_schedule(
+        start_local=payload.start_local,
+        all_day=payload.all_day,
+        rrule=payload.rrule,
+        exdates=payload.exdates,
+        dst=payload.dst,
+    )
+    zone = zone_of(ctx, user_id, payload.timezone)
+    config = ctx.schedule_config
+    schedule = schedule_of(stored, config)
     now = ctx.clock()
-    next_run = first_run_utc(start_local, zone, now=now)
+    next_run = first_run(schedule, zone, now, config)
 
     created = repository.insert_reminder(
         session,
@@ -116,8 +161,15 @@ def create_reminder(
             "user_id": user_id,
             "title": payload.title,
             "body": payload.body,
-            "start_local": start_local,
+            "start_local": stored.start_local,
+            "all_day": stored.all_day,
             "timezone": payload.timezone,
+            "rrule": stored.rrule,
+            "exdates": list(stored.exdates),
+            "dst_nonexistent": stored.nonexistent,
+            "dst_ambiguous": stored.ambiguous,
+            "misfire_policy": payload.misfire.policy,
+            "max_lateness_s": payload.misfire.max_lateness_s,
             "next_run_utc": next_run,
             "status": ReminderStatus.PENDING.value,
             "client_request_id": key,
@@ -218,3 +270,173 @@ def cancel_reminder(
         session.commit()
     response.headers["ETag"] = etag(r)
     return to_out(r)
+
+
+def _check_if_match(if_match: str | None, r: Reminder) -> None:
+    """RFC 9110 §13.1.1: a stale or unknown entity tag answers 412."""
+    if if_match is None:
+        return
+    tags = [t.strip().removeprefix("W/").strip('"') for t in if_match.split(",")]
+    if "*" in tags or str(r.version) in tags:
+        return
+    raise PreconditionFailed(
+        f'If-Match {if_match} does not match the current version "{r.version}"; '
+        "re-read the reminder and try again"
+    )
+
+
+SCHEDULE_FIELDS = frozenset({"start_local", "timezone", "rrule", "exdates", "all_day", "dst"})
+NOT_NULL = frozenset({"title", "start_local", "all_day", "dst", "misfire"})
+
+
+@router.patch(
+    "/{reminder_id}",
+    response_model=ReminderOut,
+    responses={412: {"description": "If-Match names a stale version"}},
+)
+def update_reminder(
+    reminder_id: uuid.UUID,
+    payload: ReminderPatch,
+    response: Response,
+    user_id: User,
+    ctx: Ctx,
+    session: Db,
+    if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
+) -> ReminderOut:
+    """Change title, body, schedule or policies; bumps the version (the ETag).
+
+    A schedule change recomputes `next_run_utc` from now and supersedes an occurrence that
+    is claimed but not yet sent (the sender records it `cancelled`). A title or body change
+    reaches the next email, which is rendered at send time.
+    """
+    given = payload.model_fields_set
+    for name in sorted(given & NOT_NULL):
+        if getattr(payload, name) is None:
+            raise InvalidInput(name, "must not be null")
+    r = repository.lock(session, user_id, reminder_id)
+    if r is None:
+        raise NotFound(f"reminder {reminder_id} not found")
+    _check_if_match(if_match, r)
+    if not given:
+        response.headers["ETag"] = etag(r)
+        return to_out(r)
+    if r.status == ReminderStatus.CANCELLED:
+        raise Conflict("reminder is cancelled; create a new one")
+    now = ctx.clock()
+    if given & SCHEDULE_FIELDS:
+        all_day = payload.all_day if "all_day" in given else r.all_day
+        assert all_day is not None
+        current = stored_of(r)
+        stored = parse_schedule(
+            start_local=payload.start_local
+            if "start_local" in given and payload.start_local is not None
+            else format_local(current.start_local, all_day),
+            all_day=all_day,
+            rrule=payload.rrule if "rrule" in given else current.rrule,
+            exdates=payload.exdates or []
+            if "exdates" in given
+            else [format_local(d, all_day) for d in current.exdates],
+            dst=payload.dst
+            if payload.dst is not None
+            else DstPolicy(nonexistent=current.nonexistent, ambiguous=current.ambiguous),  # type: ignore[arg-type]
+        )
+        timezone = payload.timezone if "timezone" in given else r.timezone
+        zone = zone_of(ctx, user_id, timezone)
+        config = ctx.schedule_config
+        next_run = first_run(schedule_of(stored, config), zone, now, config)
+        r.start_local, r.all_day, r.rrule = stored.start_local, stored.all_day, stored.rrule
+        r.exdates = list(stored.exdates)
+        r.dst_nonexistent, r.dst_ambiguous = stored.nonexistent, stored.ambiguous
+        r.timezone = timezone
+        r.next_run_utc = next_run
+        if r.status != ReminderStatus.PAUSED:
+            r.status = ReminderStatus.PENDING.value
+            r.claimed_by = r.claimed_at = r.last_error = None
+    if "title" in given and payload.title is not None:
+        r.title = payload.title
+    if "body" in given:
+        r.body = payload.body
+    if payload.misfire is not None:
+        r.misfire_policy = payload.misfire.policy
+        r.max_lateness_s = payload.misfire.max_lateness_s
+    r.version += 1
+    r.updated_at = now
+    session.commit()
+    response.headers["ETag"] = etag(r)
+    return to_out(r)
+
+
+@router.post("/{reminder_id}/pause", response_model=ReminderOut)
+def pause_reminder(
+    reminder_id: uuid.UUID, response: Response, user_id: User, ctx: Ctx, session: Db
+) -> ReminderOut:
+    """Stop sending until resumed; an occurrence claimed but not sent is not sent."""
+    r = repository.lock(session, user_id, reminder_id)
+    if r is None:
+        raise NotFound(f"reminder {reminder_id} not found")
+    if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED):
+        r.status = ReminderStatus.PAUSED.value
+        r.claimed_by = r.claimed_at = None
+        r.version += 1
+        r.updated_at = ctx.clock()
+        session.commit()
+    elif r.status != ReminderStatus.PAUSED:
+        raise Conflict(f"reminder is {r.status}; only live reminders can be paused")
+    response.headers["ETag"] = etag(r)
+    return to_out(r)
+
+
+@router.post("/{reminder_id}/resume", response_model=ReminderOut)
+def resume_reminder(
+    reminder_id: uuid.UUID, response: Response, user_id: User, ctx: Ctx, session: Db
+) -> ReminderOut:
+    """Send again. A recurring reminder continues with its first occurrence from now
+    (occurrences during the pause are not sent); a one-time reminder whose time passed
+    while paused is sent now, subject to its misfire policy."""
+    r = repository.lock(session, user_id, reminder_id)
+    if r is None:
+        raise NotFound(f"reminder {reminder_id} not found")
+    if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED):
+        response.headers["ETag"] = etag(r)
+        return to_out(r)
+    if r.status != ReminderStatus.PAUSED:
+        raise Conflict(f"reminder is {r.status}; only paused reminders can be resumed")
+    now = ctx.clock()
+    if r.rrule is not None:
+        config = ctx.schedule_config
+        zone = zone_of(ctx, user_id, r.timezone)
+        found = next_occurrence(
+            schedule_of(stored_of(r), config), zone, now, inclusive=True, limits=config.limits
+        )
+        r.next_run_utc = found
+        r.status = (ReminderStatus.PENDING if found else ReminderStatus.COMPLETED).value
+    else:
+        r.status = ReminderStatus.PENDING.value
+    r.version += 1
+    r.updated_at = now
+    session.commit()
+    response.headers["ETag"] = etag(r)
+    return to_out(r)
+
+
+@router.get("/{reminder_id}/occurrences", response_model=OccurrenceList)
+def list_occurrences(
+    reminder_id: uuid.UUID,
+    user_id: User,
+    ctx: Ctx,
+    session: Db,
+    limit: Annotated[int, Query(ge=1, le=100)] = 10,
+) -> OccurrenceList:
+    """The next `limit` occurrences (from next_run_utc; for a paused reminder, from now),
+    each with its UTC instant, local wall time with offset and DST flags. A finished or
+    cancelled reminder has none."""
+    r = repository.get(session, user_id, reminder_id)
+    if r is None:
+        raise NotFound(f"reminder {reminder_id} not found")
+    zone = zone_of(ctx, user_id, r.timezone)
+    if r.status not in LIVE or r.next_run_utc is None:
+        return OccurrenceList(timezone=zone.key, items=[])
+    now = ctx.clock()
+    after = r.next_run_utc if r.status != ReminderStatus.PAUSED or r.rrule is None else now
+    config = ctx.schedule_config
+    return occurrence_list(schedule_of(stored_of(r), config), zone, after, limit, config)

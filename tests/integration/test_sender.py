@@ -19,6 +19,7 @@ from coordinator.service import Coordinator
 from reminder_core.errors import TransientDeliveryError
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
+from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.providers.file_sink import FileSinkProvider
@@ -87,6 +88,7 @@ def make_sender(
         mail_from="Reminders <reminders@example.com>",
         visibility_timeout_s=30,
         lease_s=60,
+        schedule_config=ScheduleConfig.from_settings(settings),
         clock=clock or Clock(NOW),
     )
 

@@ -3,9 +3,20 @@
 -- only the holder of its lease (lease_token, a fencing token) may complete it.
 
 -- name: reminder_for_send
-SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version
+SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
+       start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
+       max_lateness_s
 FROM reminders
 WHERE id = :reminder_id;
+
+-- name: delivery_in_flight
+-- An occurrence of this reminder already being sent (`sending`) at or after :from_utc:
+-- a retry keeps the choice an earlier attempt made.
+SELECT run_time_utc
+FROM delivery_log
+WHERE reminder_id = :reminder_id AND status = 'sending' AND run_time_utc >= :from_utc
+ORDER BY run_time_utc DESC
+LIMIT 1;
 
 -- name: delivery_begin
 -- Take the occurrence: insert it as `sending`, or take over a `sending` row whose lease
@@ -55,9 +66,19 @@ UPDATE delivery_log
 SET locked_at = NULL, lease_token = NULL, error = :error, updated_at = :now
 WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
 
+-- name: reminder_lock_for_advance
+-- Re-read the reminder under a row lock before moving it on, so that the next occurrence
+-- is computed from its current schedule, never from a copy read before the send.
+SELECT id, user_id, timezone, rrule, status, next_run_utc, start_local, all_day, exdates,
+       dst_nonexistent, dst_ambiguous
+FROM reminders
+WHERE id = :id
+FOR UPDATE;
+
 -- name: reminder_finish_occurrence
 -- Move the reminder past the occurrence just handled, unless a newer user change
--- (cancel, reschedule) already moved it: never overwrite a newer version (DESIGN §4.5).
+-- (cancel, pause, reschedule) already moved it: never overwrite a newer version
+-- (DESIGN §4.5). Run after reminder_lock_for_advance in the same transaction.
 UPDATE reminders
 SET status = :status,
     next_run_utc = :next_run_utc,

@@ -1,0 +1,66 @@
+"""What to do with occurrences that are already due when the sender gets to them.
+
+Pure code (DESIGN §3, "Missed runs"). The sender lists every due occurrence of a
+reminder, oldest first, from the one in hand up to `now`, and this module decides which
+one to send now and which to record as `missed`:
+
+- `latest` (default): send the latest due occurrence; every older one is missed. After
+  downtime a daily reminder sends one email, never a burst.
+- `skip`: anything more than `max_lateness_s` late is missed; the oldest one within the
+  cap is sent (the next ones follow as they come due).
+- `all`: send the oldest; the others follow one by one, oldest first.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+MisfirePolicy = Literal["latest", "skip", "all"]
+
+
+@dataclass(frozen=True, slots=True)
+class MisfirePlan:
+    """send: the occurrence to send now (None: nothing); missed: occurrences to record."""
+
+    send: datetime | None
+    missed: tuple[datetime, ...]
+
+
+def plan_misfire(
+    policy: MisfirePolicy,
+    due: Sequence[datetime],
+    *,
+    now: datetime,
+    max_lateness_s: float,
+) -> MisfirePlan:
+    """Decide which due occurrence to send.
+
+    Args:
+        policy: the reminder's misfire policy.
+        due: due occurrences, ascending, non-empty, each <= `now` or the first one a little
+            ahead (aware UTC).
+        now: aware UTC.
+        max_lateness_s: lateness cap for `skip`, seconds.
+
+    Returns:
+        The plan; `send` is one of `due` or None, `missed` the ones before it (all of
+        them when `send` is None, for `skip`).
+
+    Raises:
+        ValueError: `due` is empty or unsorted.
+    """
+    if not due:
+        raise ValueError("due must not be empty")
+    if any(b <= a for a, b in itertools.pairwise(due)):
+        raise ValueError("due must be strictly ascending")
+    if policy == "all":
+        return MisfirePlan(send=due[0], missed=())
+    if policy == "latest":
+        return MisfirePlan(send=due[-1], missed=tuple(due[:-1]))
+    late = tuple(d for d in due if (now - d).total_seconds() > max_lateness_s)
+    rest = due[len(late) :]
+    return MisfirePlan(send=rest[0] if rest else None, missed=late)

@@ -1,0 +1,90 @@
+"""From stored or requested reminder fields to a `Schedule` and its zone; shared by the
+API (validation, next_run_utc, previews) and the sender (advancing after a send)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, time
+from typing import cast
+from zoneinfo import ZoneInfo
+
+from reminder_core.domain.localtime import Ambiguous, Nonexistent, load_zone
+from reminder_core.domain.recurrence import Limits, Schedule, compile_schedule
+from reminder_core.errors import InvalidSchedule
+from reminder_core.profiles import Profile
+from reminder_core.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleConfig:
+    """Operator settings that shape every schedule."""
+
+    limits: Limits
+    all_day_local_time: time
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ScheduleConfig:
+        return cls(
+            limits=Limits(
+                max_iterations=settings.expansion_max_iterations,
+                max_seconds=settings.expansion_max_seconds,
+                max_count=settings.max_rrule_count,
+                max_exdates=settings.max_exdates,
+                min_spacing_s=settings.min_recurrence_spacing_s,
+            ),
+            all_day_local_time=settings.all_day_local_time,
+        )
+
+
+def build_schedule(
+    *,
+    start_local: datetime,
+    all_day: bool,
+    rrule: str | None,
+    exdates: Sequence[datetime],
+    nonexistent: str,
+    ambiguous: str,
+    config: ScheduleConfig,
+) -> Schedule:
+    """The schedule of a reminder from its stored fields.
+
+    Args:
+        start_local: naive start as stored (for all-day reminders: the date at 00:00).
+        exdates: naive local date-times as stored (all-day: dates at 00:00).
+
+    Raises:
+        InvalidSchedule: a field cannot be accepted (see `compile_schedule`).
+    """
+    fire_at = config.all_day_local_time
+    if all_day:
+        start_local = datetime.combine(start_local.date(), fire_at)
+        exdates = [datetime.combine(d.date(), fire_at) for d in exdates]
+    return compile_schedule(
+        start_local,
+        rrule=rrule,
+        exdates=tuple(exdates),
+        all_day=all_day,
+        nonexistent=cast(Nonexistent, _literal(nonexistent, ("shift", "skip"), "dst.nonexistent")),
+        ambiguous=cast(Ambiguous, _literal(ambiguous, ("first", "last", "both"), "dst.ambiguous")),
+        limits=config.limits,
+    )
+
+
+def _literal(value: str, allowed: tuple[str, ...], field: str) -> str:
+    if value not in allowed:
+        raise InvalidSchedule(field, f"must be one of {', '.join(allowed)}")
+    return value
+
+
+def zone_for(timezone: str | None, profile: Profile | None) -> ZoneInfo | None:
+    """The reminder's fixed zone, else the profile's, else None (no zone known).
+
+    Raises:
+        InvalidSchedule: ("timezone") the name is not an IANA zone.
+    """
+    if timezone is not None:
+        return load_zone(timezone)
+    if profile is not None:
+        return load_zone(profile.timezone)
+    return None
