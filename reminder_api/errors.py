@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from reminder_core.errors import (
     Conflict,
     DomainError,
+    InfrastructureError,
     InvalidInput,
     NotFound,
     PreconditionFailed,
@@ -125,6 +126,21 @@ def install_error_handlers(app: FastAPI) -> None:
         denied = _auth_problem(request)
         if denied is not None:
             return denied
+        content_type = request.headers.get("content-type", "")
+        media = content_type.split(";", 1)[0].strip().lower()
+        if (
+            request.method in ("POST", "PATCH", "PUT")
+            and content_type
+            and not (media == "application/json" or media.endswith("+json"))
+        ):
+            return problem(
+                415,
+                "Unsupported media type",
+                f"send the request body as application/json, not {media or content_type!r}",
+                kind="unsupported-media-type",
+                headers={"Accept": "application/json"},
+                instance=request.url.path,
+            )
         errs = list(exc.errors())
         if any(e.get("type") == "json_invalid" for e in errs):
             return problem(
@@ -199,6 +215,18 @@ def install_error_handlers(app: FastAPI) -> None:
             str(exc.detail),
             str(exc.detail),
             headers=dict(exc.headers or {}),
+            instance=request.url.path,
+        )
+
+    @app.exception_handler(InfrastructureError)
+    async def unavailable(request: Request, exc: InfrastructureError) -> JSONResponse:
+        log.warning("dependency unavailable on %s: %s", request.url.path, exc)
+        return problem(
+            503,
+            "Service unavailable",
+            "a dependency (database or profile service) is unavailable; retry shortly",
+            kind="unavailable",
+            headers={"Retry-After": "5"},
             instance=request.url.path,
         )
 

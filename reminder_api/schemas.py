@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Literal
@@ -21,6 +22,24 @@ def _no_nul(value: str | None) -> str | None:
     # PostgreSQL text cannot hold U+0000; refuse it here rather than fail on INSERT.
     if value is not None and "\x00" in value:
         raise ValueError("must not contain NUL characters")
+    return value
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_BUT_LAYOUT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _one_line(value: str | None) -> str | None:
+    """A title becomes an email Subject: no control characters at all."""
+    if value is not None and _CONTROL.search(value):
+        raise ValueError("must not contain control characters (newlines, tabs, NUL, ...)")
+    return value
+
+
+def _text_block(value: str | None) -> str | None:
+    """A body may hold newlines and tabs, but no other control characters."""
+    if value is not None and _CONTROL_BUT_LAYOUT.search(value):
+        raise ValueError("must not contain control characters other than newline and tab")
     return value
 
 
@@ -114,13 +133,18 @@ class ReminderCreate(ScheduleIn):
     def _title(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
-        _no_nul(value)
+        _one_line(value)
         return value
 
-    @field_validator("body", "client_request_id")
+    @field_validator("body")
+    @classmethod
+    def _body(cls, value: str | None) -> str | None:
+        return _text_block(value)
+
+    @field_validator("client_request_id")
     @classmethod
     def _plain(cls, value: str | None) -> str | None:
-        return _no_nul(value)
+        return _one_line(value)
 
 
 class ReminderPatch(Strict):
@@ -142,9 +166,14 @@ class ReminderPatch(Strict):
     def _title(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("must not be blank")
-        return _no_nul(value)
+        return _one_line(value)
 
-    @field_validator("body", "start_local", "timezone", "rrule")
+    @field_validator("body")
+    @classmethod
+    def _body(cls, value: str | None) -> str | None:
+        return _text_block(value)
+
+    @field_validator("start_local", "timezone", "rrule")
     @classmethod
     def _text(cls, value: str | None) -> str | None:
         return _no_nul(value)

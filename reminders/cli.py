@@ -78,8 +78,11 @@ def token(
 ) -> None:
     """Print a bearer token for USER (development; uses JWT_SECRET or ./.reminders/jwt_secret)."""
     from reminder_core.settings import Settings
-    from reminder_core.tokens import mint_token
+    from reminder_core.tokens import MAX_SUBJECT_LENGTH, mint_token
 
+    if not user or len(user) > MAX_SUBJECT_LENGTH or "\x00" in user:
+        typer.echo(f"error: --user must be 1 to {MAX_SUBJECT_LENGTH} characters", err=True)
+        raise typer.Exit(2)
     try:
         typer.echo(mint_token(Settings(), user, ttl_s=ttl))
     except RuntimeError as exc:

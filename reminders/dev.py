@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from pathlib import Path
 
@@ -42,6 +43,18 @@ def local_zone_name() -> str:
     return target.split(marker, 1)[1] if marker in target else "UTC"
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """True when `host:port` can be bound now (checked before the banner is printed)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def banner(base_url: str, token: str, mail_dir: Path, zone: str) -> str:
     when = "$(date -d '+1 minute' +%Y-%m-%dT%H:%M:%S)"
     body = (
@@ -74,6 +87,9 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     settings = settings or Settings()
     settings.state_dir = settings.state_dir.resolve()
     configure_logging(settings.log_level)
+    if not port_is_free(host, port):
+        log.error("%s:%d is already in use (another `reminders dev`?); try --port", host, port)
+        return 1
     settings.jwt_key(create=True)
     zone = local_zone_name()
     ensure_profile(settings.effective_profiles_file, DEMO_USER, email=DEMO_EMAIL, timezone=zone)

@@ -45,6 +45,7 @@ from reminder_core.errors import (
     NotFound,
     PreconditionFailed,
 )
+from reminder_core.profiles import Profile
 from reminder_core.scheduling import zone_for
 
 router = APIRouter(prefix="/v1/reminders", tags=["reminders"])
@@ -86,6 +87,22 @@ def fingerprint(payload: ReminderCreate) -> str:
     """Hash of the request body without its idempotency key (same key + other body → 409)."""
     canonical = json.dumps(payload.model_dump(exclude={"client_request_id"}), sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def require_profile(ctx: AppContext, user_id: str) -> Profile:
+    """The user's profile; a reminder for a user without one could never be delivered.
+
+    Raises:
+        InvalidInput: ("user") no profile (email address) is known for the token's subject.
+        InfrastructureError: the profile source is unavailable (answered 503).
+    """
+    profile = ctx.profiles.get(user_id)
+    if profile is None:
+        raise InvalidInput(
+            "user",
+            "no profile (email address) is known for this user; reminders could not be delivered",
+        )
+    return profile
 
 
 def zone_of(ctx: AppContext, user_id: str, timezone: str | None) -> ZoneInfo:
@@ -149,7 +166,9 @@ def create_reminder(
         exdates=payload.exdates,
         dst=payload.dst,
     )
-    zone = zone_of(ctx, user_id, payload.timezone)
+    profile = require_profile(ctx, user_id)
+    zone = zone_for(payload.timezone, profile)
+    assert zone is not None  # a profile always has a zone
     config = ctx.schedule_config
     schedule = schedule_of(stored, config)
     now = ctx.clock()

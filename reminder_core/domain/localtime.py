@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from functools import cache
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from reminder_core.errors import InvalidSchedule
 
@@ -19,6 +20,9 @@ Ambiguous = Literal["first", "last", "both"]
 _LOCAL_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$")
 _ZONE_RE = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
 MAX_ZONE_NAME = 64
+# Local readings outside these years are refused: instants near datetime's year 1 and
+# 9999 overflow when converted, and no reminder needs them.
+MIN_YEAR, MAX_YEAR = 1900, 2999
 
 
 def parse_start_local(value: str, field: str = "start_local") -> datetime:
@@ -42,9 +46,12 @@ def parse_start_local(value: str, field: str = "start_local") -> datetime:
             f"'YYYY-MM-DDTHH:MM:SS' (the zone goes in 'timezone'); got {value!r}",
         )
     try:
-        return datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(value)
     except ValueError as exc:
         raise InvalidSchedule(field, f"is not a real date-time: {exc}") from None
+    if not MIN_YEAR <= parsed.year <= MAX_YEAR:
+        raise InvalidSchedule(field, f"must be within the years {MIN_YEAR} to {MAX_YEAR}")
+    return parsed
 
 
 def load_zone(name: str, field: str = "timezone") -> ZoneInfo:
@@ -60,10 +67,19 @@ def load_zone(name: str, field: str = "timezone") -> ZoneInfo:
         or name.lower() in {"localtime", "posixrules"}
     ):
         raise InvalidSchedule(field, f"{name!r} is not an IANA time zone name")
+    if name not in _canonical_zones():
+        raise InvalidSchedule(field, f"unknown IANA time zone {name!r}")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise InvalidSchedule(field, f"unknown IANA time zone {name!r}") from None
+
+
+@cache
+def _canonical_zones() -> frozenset[str]:
+    # IANA names known to this host's tz database (tzdata as fallback); excludes the
+    # right/ and posix/ copies, and the placeholder "Factory".
+    return frozenset(available_timezones()) - {"Factory", "localtime"}
 
 
 def readings(

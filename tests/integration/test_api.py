@@ -228,17 +228,18 @@ def test_explicit_zone_wins_over_profile(client: TestClient, token_for: TokenFor
     assert instant(resp.json()["next_run_utc"]) == utc(2030, 7, 1, 0, 0)
 
 
-def test_user_without_profile_may_create_with_a_timezone(
-    client: TestClient, token_for: TokenFor
+def test_user_without_profile_is_refused_even_with_a_timezone(
+    client: TestClient, db: Engine, token_for: TokenFor
 ) -> None:
+    # Without a profile there is no address: every occurrence would fail (new-user trial).
     resp = client.post(
         URL,
         json={"title": "x", "start_local": "2030-07-01T09:00", "timezone": "Asia/Tokyo"},
         headers=bearer(token_for("carol")),
     )
 
-    assert resp.status_code == 201, resp.text
-    assert instant(resp.json()["next_run_utc"]) == utc(2030, 7, 1, 0, 0)
+    assert_problem(resp, 422, "user")
+    assert reminder_count(db) == 0
 
 
 @pytest.mark.parametrize(
@@ -745,6 +746,26 @@ BAD_BODIES: list[tuple[str, Any, int, str]] = [
     ("list-body", [VALID], 422, "body"),
     ("string-body", "hello", 422, "body"),
     ("null-body", None, 422, "body"),
+    # New-user trial findings: control characters would reach the Subject header raw;
+    # host-specific zone copies are not IANA names; far years overflowed into a 500.
+    ("newline-in-title", {**VALID, "title": "a\r\nBcc: x@example.com"}, 422, "title"),
+    ("bell-in-title", {**VALID, "title": "a\x07b"}, 422, "title"),
+    ("escape-in-body", {**VALID, "body": "a\x1bb"}, 422, "body"),
+    ("posix-zone-copy", {**VALID, "timezone": "posix/Europe/Paris"}, 422, "timezone"),
+    ("right-zone-copy", {**VALID, "timezone": "right/UTC"}, 422, "timezone"),
+    ("factory-zone", {**VALID, "timezone": "Factory"}, 422, "timezone"),
+    (
+        "year-9999",
+        {**VALID, "start_local": "9999-12-31T23:59", "timezone": "America/Los_Angeles"},
+        422,
+        "start_local",
+    ),
+    (
+        "year-1",
+        {**VALID, "start_local": "0001-01-01T00:00", "timezone": "Asia/Tokyo"},
+        422,
+        "start_local",
+    ),
 ]
 
 
@@ -765,6 +786,33 @@ def test_bad_body_is_refused_and_nothing_stored(
 
     assert_problem(resp, status, field)
     assert table_counts(db) == before
+
+
+def test_body_keeps_newlines_and_tabs(client: TestClient, token_for: TokenFor) -> None:
+    resp = client.post(
+        URL, json={**VALID, "body": "line 1\n\tline 2\r\n"}, headers=bearer(token_for("alice"))
+    )
+
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["body"] == "line 1\n\tline 2\r\n"
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "application/xml"]
+)
+def test_a_body_that_is_not_json_is_415(
+    client: TestClient, db: Engine, token_for: TokenFor, content_type: str
+) -> None:
+    # RFC 9110 §15.5.16: 415 when the content is in a format the resource does not support.
+    resp = client.post(
+        URL,
+        content=json.dumps(VALID),
+        headers={**bearer(token_for("alice")), "Content-Type": content_type},
+    )
+
+    assert resp.status_code == 415, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    assert reminder_count(db) == 0
 
 
 def test_title_of_200_chars_is_accepted(client: TestClient, token_for: TokenFor) -> None:
@@ -807,7 +855,7 @@ def test_empty_body_is_a_missing_body(client: TestClient, db: Engine, token_for:
     assert reminder_count(db) == 0
 
 
-def test_user_without_profile_must_give_timezone(
+def test_user_without_profile_is_refused(
     client: TestClient, db: Engine, token_for: TokenFor
 ) -> None:
     resp = client.post(
@@ -816,7 +864,7 @@ def test_user_without_profile_must_give_timezone(
         headers=bearer(token_for("carol")),
     )
 
-    assert_problem(resp, 422, "timezone")
+    assert_problem(resp, 422, "user")
     assert reminder_count(db) == 0
 
 
