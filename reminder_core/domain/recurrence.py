@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from itertools import count as counter
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from dateutil import rrule as du
@@ -302,6 +302,13 @@ def _midnight(day: date) -> datetime:
 
 def _dateutil_rule(rule: RecurRule, start: datetime, anchor: datetime) -> du.rrule:
     """dateutil rule at `anchor`, with every default RFC 5545 takes from DTSTART explicit."""
+    return du.rrule(dtstart=anchor, cache=False, **_dateutil_arguments(rule, start))
+
+
+@lru_cache(maxsize=4096)
+def _dateutil_arguments(rule: RecurRule, start: datetime) -> dict[str, Any]:
+    """The rrule() arguments of `rule` for a reminder starting at `start` (cached: a
+    reminder's arguments are the same at every anchor)."""
     bymonth, bymonthday, byday = rule.bymonth, rule.bymonthday, rule.byday
     weekdays: tuple[du.weekday, ...] | None = (
         tuple(du.weekday(d.weekday, d.n) for d in byday) if byday is not None else None
@@ -324,22 +331,20 @@ def _dateutil_rule(rule: RecurRule, start: datetime, anchor: datetime) -> du.rru
     bysecond = (
         rule.bysecond if rule.bysecond is not None or rule.freq == "SECONDLY" else (start.second,)
     )
-    return du.rrule(
-        _DU_FREQ[rule.freq],
-        dtstart=anchor,
-        interval=rule.interval,
-        wkst=rule.wkst,
-        bymonth=bymonth,
-        bymonthday=bymonthday,
-        byyearday=rule.byyearday,
-        byweekno=rule.byweekno,
-        byweekday=weekdays,
-        byhour=byhour,
-        byminute=byminute,
-        bysecond=bysecond,
-        bysetpos=rule.bysetpos,
-        cache=False,
-    )
+    return {
+        "freq": _DU_FREQ[rule.freq],
+        "interval": rule.interval,
+        "wkst": rule.wkst,
+        "bymonth": bymonth,
+        "bymonthday": bymonthday,
+        "byyearday": rule.byyearday,
+        "byweekno": rule.byweekno,
+        "byweekday": weekdays,
+        "byhour": byhour,
+        "byminute": byminute,
+        "bysecond": bysecond,
+        "bysetpos": rule.bysetpos,
+    }
 
 
 def _local_candidates(
