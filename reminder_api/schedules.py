@@ -10,14 +10,14 @@ from zoneinfo import ZoneInfo
 
 from reminder_api.schemas import DstPolicy, OccurrenceList, OccurrenceOut
 from reminder_core.db.models import Reminder
-from reminder_core.domain.localtime import parse_start_local
+from reminder_core.domain.localtime import MAX_YEAR, MIN_YEAR, parse_start_local
 from reminder_core.domain.recurrence import Schedule, next_occurrence, preview
 from reminder_core.domain.rrule import normalize_rrule_text
 from reminder_core.domain.schedule import first_run_utc
 from reminder_core.errors import InvalidSchedule
 from reminder_core.scheduling import ScheduleConfig, build_schedule
 
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +43,12 @@ def parse_date(value: str, field: str) -> datetime:
             field, f"must be a date 'YYYY-MM-DD' for an all-day reminder; got {value!r}"
         )
     try:
-        return datetime.combine(date.fromisoformat(value), datetime.min.time())
+        day = date.fromisoformat(value)
     except ValueError as exc:
         raise InvalidSchedule(field, f"is not a real date: {exc}") from None
+    if not MIN_YEAR <= day.year <= MAX_YEAR:
+        raise InvalidSchedule(field, f"must be within the years {MIN_YEAR} to {MAX_YEAR}")
+    return datetime.combine(day, datetime.min.time())
 
 
 def parse_schedule(

@@ -292,10 +292,12 @@ def cancel_reminder(
 
 
 def _check_if_match(if_match: str | None, r: Reminder) -> None:
-    """RFC 9110 §13.1.1: a stale or unknown entity tag answers 412."""
+    """RFC 9110 §13.1.1: a stale or unknown entity tag answers 412. If-Match uses the
+    strong comparison (§8.8.3.2), so a weak tag (W/"1") never matches."""
     if if_match is None:
         return
-    tags = [t.strip().removeprefix("W/").strip('"') for t in if_match.split(",")]
+    listed = [t.strip() for t in if_match.split(",")]
+    tags = [t.strip('"') for t in listed if not t.startswith("W/")]
     if "*" in tags or str(r.version) in tags:
         return
     raise PreconditionFailed(
@@ -346,18 +348,28 @@ def update_reminder(
         all_day = payload.all_day if "all_day" in given else r.all_day
         assert all_day is not None
         current = stored_of(r)
+
+        def carried(value: datetime) -> str:
+            # An all-day reminder turned into a timed one keeps firing at the all-day time.
+            if current.all_day and not all_day:
+                value = datetime.combine(value.date(), ctx.schedule_config.all_day_local_time)
+            return format_local(value, all_day)
+
+        dst = DstPolicy(nonexistent=current.nonexistent, ambiguous=current.ambiguous)  # type: ignore[arg-type]
+        if payload.dst is not None:  # only the sub-fields given change
+            dst = dst.model_copy(
+                update=payload.dst.model_dump(include=payload.dst.model_fields_set)
+            )
         stored = parse_schedule(
             start_local=payload.start_local
             if "start_local" in given and payload.start_local is not None
-            else format_local(current.start_local, all_day),
+            else carried(current.start_local),
             all_day=all_day,
             rrule=payload.rrule if "rrule" in given else current.rrule,
             exdates=payload.exdates or []
             if "exdates" in given
-            else [format_local(d, all_day) for d in current.exdates],
-            dst=payload.dst
-            if payload.dst is not None
-            else DstPolicy(nonexistent=current.nonexistent, ambiguous=current.ambiguous),  # type: ignore[arg-type]
+            else [carried(d) for d in current.exdates],
+            dst=dst,
         )
         timezone = payload.timezone if "timezone" in given else r.timezone
         zone = zone_of(ctx, user_id, timezone)
@@ -375,9 +387,12 @@ def update_reminder(
         r.title = payload.title
     if "body" in given:
         r.body = payload.body
-    if payload.misfire is not None:
-        r.misfire_policy = payload.misfire.policy
-        r.max_lateness_s = payload.misfire.max_lateness_s
+    if payload.misfire is not None:  # only the sub-fields given change
+        given_misfire = payload.misfire.model_fields_set
+        if "policy" in given_misfire:
+            r.misfire_policy = payload.misfire.policy
+        if "max_lateness_s" in given_misfire:
+            r.max_lateness_s = payload.misfire.max_lateness_s
     r.version += 1
     r.updated_at = now
     session.commit()

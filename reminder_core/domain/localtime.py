@@ -17,8 +17,8 @@ from reminder_core.errors import InvalidSchedule
 Nonexistent = Literal["shift", "skip"]
 Ambiguous = Literal["first", "last", "both"]
 
-_LOCAL_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$")
-_ZONE_RE = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
+_LOCAL_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$", re.ASCII)
+_ZONE_RE = re.compile(r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$", re.ASCII)
 MAX_ZONE_NAME = 64
 # Local readings outside these years are refused: instants near datetime's year 1 and
 # 9999 overflow when converted, and no reminder needs them.

@@ -31,10 +31,12 @@ WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 MAX_RRULE_BYTES = 1024
 MAX_INTERVAL = 10_000
 
-_BYDAY_RE = re.compile(r"^([+-]?)(\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)$")
-_INT_RE = re.compile(r"^[+-]?\d{1,4}$")
-_UNTIL_DATE_RE = re.compile(r"^(\d{4})(\d{2})(\d{2})$")
-_UNTIL_DT_RE = re.compile(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(Z?)$")
+# re.ASCII: \d is [0-9] only (Python's \d also matches other scripts' digits).
+_BYDAY_RE = re.compile(r"^([+-]?)(\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)$", re.ASCII)
+_INT_RE = re.compile(r"^[+-]?\d{1,4}$", re.ASCII)
+_DIGITS_RE = re.compile(r"^\d{1,9}$", re.ASCII)
+_UNTIL_DATE_RE = re.compile(r"^(\d{4})(\d{2})(\d{2})$", re.ASCII)
+_UNTIL_DT_RE = re.compile(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(Z?)$", re.ASCII)
 
 FIELD = "rrule"
 
@@ -212,7 +214,7 @@ def _positive(parts: dict[str, str], name: str, default: int | None, maximum: in
     if name not in parts:
         return default
     value = parts[name]
-    if not value.isdigit():
+    if not _DIGITS_RE.match(value):
         raise InvalidSchedule(FIELD, f"{name}={value} must be a positive integer")
     number = int(value)
     if number < 1:
