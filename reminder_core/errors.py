@@ -65,11 +65,18 @@ class TransientDeliveryError(DeliveryError):
 
     Attributes:
         retry_after_s: seconds the provider asked us to wait (Retry-After), or None.
+        ambiguous: the provider may have taken the message.
     """
 
-    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self, message: str, retry_after_s: float | None = None, *, ambiguous: bool = False
+    ) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        #: True when the provider may have accepted the message (e.g. a read timeout after
+        #: the request was sent): retry on the same provider with the same idempotency key,
+        #: never fail over, since the backup cannot deduplicate against it (DESIGN §4.7).
+        self.ambiguous = ambiguous
 
 
 class PermanentDeliveryError(DeliveryError):

@@ -15,9 +15,15 @@ from sqlalchemy import Connection, Engine, Row
 
 from reminder_core.clock import utcnow
 from reminder_core.db.queries import query
+from reminder_core.delivery import (
+    advance_reminder,
+    record_terminal,
+    schedule_of_row,
+    zone_or_none,
+)
 from reminder_core.domain.localtime import idempotency_key
 from reminder_core.domain.misfire import MisfirePlan, plan_misfire
-from reminder_core.domain.recurrence import Schedule, next_occurrence, occurrences_between
+from reminder_core.domain.recurrence import occurrences_between
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 from reminder_core.errors import (
     InfrastructureError,
@@ -28,7 +34,7 @@ from reminder_core.errors import (
 from reminder_core.metrics import DELIVERY_LAG, SENDS
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.queue import Message, Queue
-from reminder_core.scheduling import ScheduleConfig, build_schedule, zone_for
+from reminder_core.scheduling import ScheduleConfig
 from reminder_core.worker.loop import TickResult
 from sender.providers.base import OutgoingEmail, Provider
 from sender.render import Renderer
@@ -175,29 +181,31 @@ class Sender:
                 log.error("dropping message for unknown reminder %s", occ.reminder_id)
                 outcome = Outcome.DROPPED
             elif not _still_due(reminder, occ):
-                recorded = self._record_terminal(
+                recorded = record_terminal(
                     conn,
-                    occ,
-                    occ.run_time_utc,
-                    DeliveryStatus.CANCELLED,
-                    now,
-                    f"superseded: reminder is {reminder.status}",
+                    reminder_id=occ.reminder_id,
+                    user_id=occ.user_id,
+                    run_time_utc=occ.run_time_utc,
+                    status=DeliveryStatus.CANCELLED,
+                    error=f"superseded: reminder is {reminder.status}",
+                    now=now,
                 )
                 # No row recorded: the occurrence already has one (e.g. `sent`, and this
                 # message is a duplicate of the one that sent it).
                 outcome = Outcome.CANCELLED if recorded else Outcome.DUPLICATE
             else:
-                zone = self._zone(reminder, profile)
+                zone = zone_or_none(reminder.timezone, profile)
                 plan = self._plan(conn, reminder, occ, zone, now)
                 for missed in plan.missed:
-                    self._record_terminal(
+                    record_terminal(
                         conn,
-                        occ,
-                        missed,
-                        DeliveryStatus.MISSED,
-                        now,
-                        f"missed: {(now - missed).total_seconds():.0f} s late, "
+                        reminder_id=occ.reminder_id,
+                        user_id=occ.user_id,
+                        run_time_utc=missed,
+                        status=DeliveryStatus.MISSED,
+                        error=f"missed: {(now - missed).total_seconds():.0f} s late, "
                         f"misfire policy {reminder.misfire_policy}",
+                        now=now,
                     )
                 chosen = plan.send
                 if chosen is None:
@@ -236,23 +244,6 @@ class Sender:
         assert delivery_id is not None
         return self._deliver(message, occ, reminder, profile, chosen, delivery_id, lease_token)
 
-    def _zone(self, reminder: Row[Any], profile: Profile | None) -> ZoneInfo | None:
-        try:
-            return zone_for(reminder.timezone, profile)
-        except InvalidSchedule:
-            return None
-
-    def _schedule_of(self, reminder: Row[Any]) -> Schedule:
-        return build_schedule(
-            start_local=reminder.start_local,
-            all_day=reminder.all_day,
-            rrule=reminder.rrule,
-            exdates=reminder.exdates or (),
-            nonexistent=reminder.dst_nonexistent,
-            ambiguous=reminder.dst_ambiguous,
-            config=self.schedule_config,
-        )
-
     def _plan(
         self,
         conn: Connection,
@@ -270,7 +261,7 @@ class Sender:
         if reminder.rrule is not None and zone is not None and now > occ.run_time_utc:
             try:
                 due += occurrences_between(
-                    self._schedule_of(reminder),
+                    schedule_of_row(reminder, self.schedule_config),
                     zone,
                     occ.run_time_utc,
                     now,
@@ -297,7 +288,7 @@ class Sender:
     ) -> Outcome:
         key = idempotency_key(occ.reminder_id, chosen)
         recipient: str | None = None
-        zone = self._zone(reminder, profile)
+        zone = zone_or_none(reminder.timezone, profile)
         try:
             if profile is None:
                 raise PermanentDeliveryError(f"no profile for user {reminder.user_id!r}")
@@ -423,69 +414,17 @@ class Sender:
         error: str | None,
         now: datetime,
     ) -> None:
-        """Move the reminder to its first occurrence strictly after `after`, computed from
-        its current schedule (row-locked) in `zone`; `completed` when there is none. A
-        one-time reminder whose occurrence failed becomes `failed`. Nothing changes when a
-        user change already moved the reminder (DESIGN §4.5)."""
-        current = conn.execute(query("reminder_lock_for_advance"), {"id": occ.reminder_id}).one()
-        if current.next_run_utc != occ.run_time_utc or current.status not in (
-            ReminderStatus.CLAIMED,
-            ReminderStatus.PENDING,
-        ):
-            return
-        next_run: datetime | None = None
-        broken: str | None = None  # the schedule itself cannot be computed any more
-        if current.rrule is not None:
-            if zone is None:
-                broken = "cannot compute the next occurrence: no time zone is known"
-            else:
-                try:
-                    next_run = next_occurrence(
-                        self._schedule_of(current), zone, after, limits=self.schedule_config.limits
-                    )
-                except InvalidSchedule as exc:
-                    broken = f"cannot compute the next occurrence: {exc}"
-        if next_run is not None:
-            status = ReminderStatus.PENDING
-        elif broken is not None or (current.rrule is None and not sent):
-            status = ReminderStatus.FAILED
-        else:
-            status = ReminderStatus.COMPLETED  # one-time sent, or the rule has ended
-        error = broken or error
-        conn.execute(
-            query("reminder_finish_occurrence"),
-            {
-                "id": occ.reminder_id,
-                "run_time_utc": occ.run_time_utc,
-                "status": status.value,
-                "next_run_utc": next_run,
-                "last_error": error,
-                "now": now,
-            },
+        advance_reminder(
+            conn,
+            reminder_id=occ.reminder_id,
+            occurrence_utc=occ.run_time_utc,
+            zone=zone,
+            after=after,
+            sent=sent,
+            error=error,
+            now=now,
+            config=self.schedule_config,
         )
-
-    @staticmethod
-    def _record_terminal(
-        conn: Connection,
-        occ: Occurrence,
-        run_time_utc: datetime,
-        status: DeliveryStatus,
-        now: datetime,
-        error: str,
-    ) -> bool:
-        """Insert a terminal row for an occurrence that has none; False if one exists."""
-        result = conn.execute(
-            query("delivery_record_terminal"),
-            {
-                "reminder_id": occ.reminder_id,
-                "user_id": occ.user_id,
-                "run_time_utc": run_time_utc,
-                "status": status.value,
-                "error": error,
-                "now": now,
-            },
-        )
-        return bool(result.rowcount)
 
 
 def _still_due(reminder: Row[Any], occ: Occurrence) -> bool:

@@ -1,0 +1,106 @@
+"""Resend HTTP API provider (httpx): POST /emails with an Idempotency-Key header.
+
+Resend documents: `POST https://api.resend.com/emails` with `Authorization: Bearer <key>`
+and JSON {from, to, subject, html, text}; success 200 {"id": "..."}; the
+`Idempotency-Key` header (up to 256 characters, kept 24 hours) makes a retry with the
+same key return the first result instead of sending again; 429 carries `Retry-After`.
+The test suite's fake provider speaks the same protocol.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import httpx
+
+from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
+from sender.providers.base import OutgoingEmail, SendReceipt
+
+#: Statuses that prove the message was not taken and a retry may succeed.
+RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+#: Credentials or plan problems: not the message's fault; retry (then dead-letter, replay).
+OPERATOR_ERRORS = frozenset({401, 403})
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (RFC 9110 §10.2.3: delay-seconds or an
+    HTTP-date); None when absent or unreadable; never negative."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+class ResendProvider:
+    """Sends through the Resend API (or anything speaking it, such as the test fake).
+
+    Args:
+        client: an httpx.Client with connect/read timeouts set (built in main()).
+        base_url: e.g. "https://api.resend.com".
+        api_key: bearer token.
+        name: provider name recorded on delivery rows.
+    """
+
+    def __init__(
+        self, client: httpx.Client, *, base_url: str, api_key: str, name: str = "resend"
+    ) -> None:
+        self._client = client
+        self._url = base_url.rstrip("/") + "/emails"
+        self._api_key = api_key
+        self.name = name
+
+    def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
+        """POST the email; see the module docstring for the protocol.
+
+        Raises:
+            TransientDeliveryError: connection failure (not taken), 408/409/425/429/5xx
+                (not taken; with Retry-After), 401/403 (operator must fix the key), or a
+                timeout/broken response after the request was sent (`ambiguous`).
+            PermanentDeliveryError: any other 4xx (the message or address is invalid).
+        """
+        try:
+            response = self._client.post(
+                self._url,
+                json={
+                    "from": email.sender,
+                    "to": [email.to],
+                    "subject": email.subject,
+                    "text": email.text,
+                    "html": email.html,
+                },
+                headers={
+                    "Authorization": f"Bearer {self._api_key}",
+                    "Idempotency-Key": idempotency_key,
+                },
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise TransientDeliveryError(f"{self.name}: cannot connect: {exc}") from exc
+        except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise TransientDeliveryError(
+                f"{self.name}: no answer after sending: {exc}", ambiguous=True
+            ) from exc
+        status = response.status_code
+        if status < 300:
+            try:
+                message_id = str(response.json()["id"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise TransientDeliveryError(
+                    f"{self.name}: unreadable success answer {response.text[:200]!r}",
+                    ambiguous=True,
+                ) from exc
+            return SendReceipt(provider=self.name, provider_message_id=message_id)
+        detail = f"{self.name}: HTTP {status}: {response.text[:300]}"
+        if status in RETRYABLE or status >= 500 or status in OPERATOR_ERRORS:
+            raise TransientDeliveryError(
+                detail, retry_after_s=parse_retry_after(response.headers.get("retry-after"))
+            )
+        raise PermanentDeliveryError(detail)
