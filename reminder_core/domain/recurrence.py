@@ -365,11 +365,35 @@ def _local_candidates(
     cycles = max(0, (_MAX_YEAR - limits.window_years - anchor.year) // _CYCLE_YEARS)
     shifted = anchor.replace(year=anchor.year + cycles * _CYCLE_YEARS)
     back = shifted - anchor  # an exact number of days: 146,097 per 400 years
-    for candidate in _dateutil_rule(rule, start, shifted):
+    previous = None
+    expansion = _expand(rule, start, shifted)
+    while True:
+        try:
+            candidate = next(expansion)
+        except StopIteration:
+            return
+        except (IndexError, ValueError, OverflowError) as exc:  # dateutil's own limits
+            raise InvalidSchedule("rrule", f"cannot be expanded ({exc})") from None
         budget.tick()
+        if candidate == previous:
+            continue  # the same instant from both halves of a mixed BYDAY
+        previous = candidate
         local = candidate - back
         if local >= start:
             yield local
+
+
+def _expand(rule: RecurRule, start: datetime, anchor: datetime) -> Iterator[datetime]:
+    """dateutil's expansion; a BYDAY that mixes plain (MO) and numbered (-1WE) days is the
+    union of the two (RFC 5545 §3.3.10: each BYDAY value selects days on its own), which
+    dateutil would intersect, so the halves are expanded apart and merged."""
+    if rule.byday is None or len({d.n is None for d in rule.byday}) == 1:
+        return iter(_dateutil_rule(rule, start, anchor))
+    plain = replace(rule, byday=tuple(d for d in rule.byday if d.n is None))
+    numbered = replace(rule, byday=tuple(d for d in rule.byday if d.n is not None))
+    return heapq.merge(
+        _dateutil_rule(plain, start, anchor), _dateutil_rule(numbered, start, anchor)
+    )
 
 
 def iter_occurrences(

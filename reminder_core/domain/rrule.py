@@ -176,8 +176,16 @@ def parse_rrule(text: str, *, all_day: bool, max_count: int) -> RecurRule:
             )
         if freq == "YEARLY" and byweekno is not None:
             raise InvalidSchedule(FIELD, "BYDAY with an ordinal must not be used with BYWEEKNO")
-        if freq == "MONTHLY" and any(abs(d.n or 0) > 5 for d in byday):
+        in_month = freq == "MONTHLY" or (freq == "YEARLY" and bymonth is not None)
+        if in_month and any(abs(d.n or 0) > 5 for d in byday):
+            # RFC 5545 §3.3.10: with YEARLY and BYMONTH the ordinal is within the month.
             raise InvalidSchedule(FIELD, "BYDAY ordinals within a month range from -5 to 5")
+        if bysetpos is not None and any(d.n is None for d in byday):
+            raise InvalidSchedule(
+                FIELD,
+                "BYSETPOS with BYDAY mixing numbered (1MO) and plain (MO) days is not "
+                "supported; write the days one way",
+            )
     if bysetpos is not None and all(
         p is None
         for p in (bymonth, byweekno, byyearday, bymonthday, byday, byhour, byminute, bysecond)
@@ -190,6 +198,16 @@ def parse_rrule(text: str, *, all_day: bool, max_count: int) -> RecurRule:
             "(RFC 5545 §3.3.10: UNTIL has DTSTART's value type, in UTC for a zoned start)",
         )
     _check_satisfiable(bymonth, bymonthday)
+    if bysetpos is not None:
+        most = _most_per_period(
+            freq, bymonth, byyearday, bymonthday, byday, byhour, byminute, bysecond
+        )
+        if min(abs(p) for p in bysetpos) > most:
+            raise InvalidSchedule(
+                FIELD,
+                f"has no occurrence: each {freq.lower()} period holds at most {most} "
+                f"instance(s), so BYSETPOS={','.join(map(str, bysetpos))} never matches",
+            )
 
     return RecurRule(
         freq=freq,
@@ -292,6 +310,35 @@ def _until(value: str, *, all_day: bool) -> Until:
         except ValueError:
             raise InvalidSchedule(FIELD, f"UNTIL={value} is not a real date-time") from None
     raise InvalidSchedule(FIELD, f"UNTIL={value} is neither YYYYMMDD nor YYYYMMDDTHHMMSSZ")
+
+
+def _most_per_period(
+    freq: str,
+    bymonth: tuple[int, ...] | None,
+    byyearday: tuple[int, ...] | None,
+    bymonthday: tuple[int, ...] | None,
+    byday: tuple[WeekdaySpec, ...] | None,
+    byhour: tuple[int, ...] | None,
+    byminute: tuple[int, ...] | None,
+    bysecond: tuple[int, ...] | None,
+) -> int:
+    """An upper bound of the instances in one FREQ period, for BYSETPOS (RFC 5545
+    §3.3.10: BYSETPOS picks among the instances of one interval). A BYSETPOS beyond it
+    never matches, and python-dateutil would search centuries for it."""
+    times = 1
+    sub_daily = {"HOURLY": 1, "MINUTELY": 2, "SECONDLY": 3}.get(freq, 0)
+    for level, values in ((1, byhour), (2, byminute), (3, bysecond)):
+        if level > sub_daily:  # the period spans this unit: BYxxx expands within it
+            times *= len(values) if values is not None else 1
+    days = {"YEARLY": 366, "MONTHLY": 31, "WEEKLY": 7}.get(freq, 1)
+    if byyearday is not None:
+        days = min(days, len(byyearday))
+    if bymonthday is not None:
+        months = (len(bymonth) if bymonth else 12) if freq == "YEARLY" else 1
+        days = min(days, len(bymonthday) * months)
+    if byday is not None and freq == "WEEKLY":
+        days = min(days, len(byday))
+    return days * times
 
 
 # Longest day of each month in a leap year: day numbers a month can hold.
