@@ -64,13 +64,18 @@ def open_runtime(
     )
 
 
-def run_services(loops: list[tuple[Service, float]], settings: Settings) -> int:
+def run_services(
+    loops: list[tuple[Service, float]], settings: Settings, stop: threading.Event | None = None
+) -> int:
     """Run workload loops in this process until SIGTERM/SIGINT; return an exit status.
 
     Soft stop: each loop finishes its current tick; after `shutdown_grace_s` the process
     exits anyway (abandoned work is re-driven by claim and lease timeouts).
+
+    Args:
+        stop: the event the signals set; pass the one the services watch, if any.
     """
-    stop = threading.Event()
+    stop = stop or threading.Event()
     install_stop_handlers(stop)
     threads = start_loops(loops, stop)
     names = ", ".join(s.name for s, _ in loops)

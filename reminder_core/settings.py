@@ -81,7 +81,31 @@ class Settings(BaseSettings):
     expansion_max_iterations: int = Field(default=100_000, ge=100)
     expansion_max_seconds: float = Field(default=0.5, gt=0, le=10)
 
+    # --- retries (DESIGN §4.6) ---
+    send_attempts: int = Field(
+        default=4, ge=1, le=20, description="Provider calls per received message."
+    )
+    retry_base_s: float = Field(
+        default=0.5, gt=0, description="First backoff; doubles per attempt (full jitter)."
+    )
+    retry_max_wait_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest wait between two calls within one receive; a longer "
+        "Retry-After hands the message back to the queue for that long instead.",
+    )
+    delivery_budget_s: float = Field(
+        default=300.0, gt=0, description="Retries of one receive stop after this long."
+    )
+
     # --- email ---
+    email_provider: str = Field(
+        default="file", pattern=r"^(file|resend)$", description="file | resend"
+    )
+    resend_api_url: str = "https://api.resend.com"
+    resend_api_key: str | None = None
+    provider_connect_timeout_s: float = Field(default=5.0, gt=0)
+    provider_read_timeout_s: float = Field(default=15.0, gt=0)
     mail_dir: Path | None = Field(
         default=None, description="File sink directory. Unset: STATE_DIR/mail."
     )

@@ -108,7 +108,7 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     loops: list[tuple[Service, float]] = [
         (coordinator_main.build(rt), settings.coordinator_poll_interval_s),
         (sweeper_main.build(rt), settings.sweeper_poll_interval_s),
-        (sender_main.build(rt), settings.sender_poll_interval_s),
+        (sender_main.build(rt, stop), settings.sender_poll_interval_s),
     ]
     threads = start_loops(loops, stop)
     app = create_app(settings, rt.engine, rt.profiles)

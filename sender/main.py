@@ -2,27 +2,61 @@
 
 from __future__ import annotations
 
+import threading
+
+import httpx
+
+from reminder_core.domain.retry import RetryPolicy
 from reminder_core.logging import configure_logging
 from reminder_core.runtime import Runtime, open_runtime, run_services
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
-from sender.providers import FileSinkProvider
+from sender.providers import FileSinkProvider, Provider
+from sender.providers.resend import ResendProvider
 from sender.render import Renderer
 from sender.service import Sender
 
 
-def build(rt: Runtime) -> Sender:
+def build_provider(settings: Settings) -> Provider:
+    """The provider named by EMAIL_PROVIDER.
+
+    Raises:
+        ValueError: a provider is configured without what it needs (e.g. an API key).
+    """
+    if settings.email_provider == "resend":
+        if not settings.resend_api_key:
+            raise ValueError("EMAIL_PROVIDER=resend needs RESEND_API_KEY")
+        client = httpx.Client(
+            timeout=httpx.Timeout(
+                settings.provider_read_timeout_s, connect=settings.provider_connect_timeout_s
+            ),
+            limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
+        )
+        return ResendProvider(
+            client, base_url=settings.resend_api_url, api_key=settings.resend_api_key
+        )
+    return FileSinkProvider(settings.effective_mail_dir)
+
+
+def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
     s = rt.settings
     return Sender(
         rt.engine,
         rt.queue,
         rt.profiles,
         Renderer(s.template_dir),
-        FileSinkProvider(s.effective_mail_dir),
+        build_provider(s),
         mail_from=s.mail_from,
         visibility_timeout_s=s.visibility_timeout_s,
         lease_s=s.delivery_lease_s,
         schedule_config=ScheduleConfig.from_settings(s),
+        retry=RetryPolicy(
+            attempts=s.send_attempts,
+            base_s=s.retry_base_s,
+            max_wait_s=s.retry_max_wait_s,
+            budget_s=s.delivery_budget_s,
+        ),
+        stop=stop,
         batch_size=s.sender_batch_size,
     )
 
@@ -31,7 +65,10 @@ def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
     configure_logging(settings.log_level)
     rt = open_runtime(settings, application_name="reminders-sender")
+    stop = threading.Event()
+    sender = build(rt, stop)
     try:
-        return run_services([(build(rt), settings.sender_poll_interval_s)], settings)
+        return run_services([(sender, settings.sender_poll_interval_s)], settings, stop)
     finally:
+        sender.close()
         rt.close()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -12,6 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Engine, Row
+from tenacity import Retrying, retry_if_exception_type
 
 from reminder_core.clock import utcnow
 from reminder_core.db.queries import query
@@ -24,6 +27,7 @@ from reminder_core.delivery import (
 from reminder_core.domain.localtime import idempotency_key
 from reminder_core.domain.misfire import MisfirePlan, plan_misfire
 from reminder_core.domain.recurrence import occurrences_between
+from reminder_core.domain.retry import RetryPolicy, next_wait_s, requeue_delay_s, should_stop
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 from reminder_core.errors import (
     InfrastructureError,
@@ -40,6 +44,10 @@ from sender.providers.base import OutgoingEmail, Provider
 from sender.render import Renderer
 
 log = logging.getLogger(__name__)
+
+
+class ShutdownRequested(Exception):
+    """The process is stopping: abandon the wait and hand the message back."""
 
 
 class Outcome(StrEnum):
@@ -105,8 +113,14 @@ class Sender:
         visibility_timeout_s: how long a received message stays hidden.
         lease_s: a `sending` row older than this is taken over by the next receiver.
         schedule_config: recurrence limits and the all-day fire time.
+        retry: in-process retries of transient provider errors (DESIGN §4.6).
+        stop: set on shutdown: messages not started are handed back, retry waits end.
         batch_size: messages per receive (<= 10, as SQS).
         clock: current time for instants taken after a send (sent_at); aware UTC.
+
+    While a message is being worked on, a heartbeat thread extends its visibility timeout
+    and the lease of its delivery row every `visibility_timeout_s / 3` seconds, so a slow
+    send is neither taken over nor dead-lettered (DESIGN §4.3).
     """
 
     name = "sender"
@@ -123,6 +137,8 @@ class Sender:
         visibility_timeout_s: float,
         lease_s: float,
         schedule_config: ScheduleConfig,
+        retry: RetryPolicy | None = None,
+        stop: threading.Event | None = None,
         batch_size: int = 10,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -136,20 +152,90 @@ class Sender:
         self.lease_s = lease_s
         self.schedule_config = schedule_config
         self.batch_size = batch_size
+        self.retry = retry or RetryPolicy()
+        self._stop = stop or threading.Event()
         self._clock = clock
+        self._inflight: dict[str, tuple[uuid.UUID, uuid.UUID] | None] = {}
+        self._inflight_lock = threading.Lock()
+        self._heartbeat: threading.Thread | None = None
+        self._heartbeat_stop = threading.Event()
 
     def run_once(self, now: datetime) -> TickResult:
-        """Receive one batch and handle each message; returns counts per outcome."""
+        """Receive one batch and handle each message; returns counts per outcome.
+
+        On shutdown (the stop event), messages not yet started are handed back to the
+        queue at once (visibility 0) instead of waiting out their visibility timeout.
+        """
+        self._ensure_heartbeat()
         messages = self._queue.receive(
             now=now, max_messages=self.batch_size, visibility_timeout_s=self.visibility_timeout_s
         )
         counts: dict[str, int] = {}
-        for message in messages:
-            outcome = self.handle(message, self._clock())
+        for i, message in enumerate(messages):
+            if self._stop.is_set():
+                for left in messages[i:]:
+                    self._queue.change_visibility(
+                        left.receipt_handle, now=self._clock(), timeout_s=0
+                    )
+                counts["released"] = len(messages) - i
+                break
+            with self._tracking(message):
+                outcome = self.handle(message, self._clock())
             counts[outcome.value] = counts.get(outcome.value, 0) + 1
         return TickResult(
             processed=len(messages), more=len(messages) >= self.batch_size, counts=counts
         )
+
+    # --- heartbeat -----------------------------------------------------------------
+
+    @contextmanager
+    def _tracking(self, message: Message) -> Iterator[None]:
+        with self._inflight_lock:
+            self._inflight[message.receipt_handle] = None
+        try:
+            yield
+        finally:
+            with self._inflight_lock:
+                self._inflight.pop(message.receipt_handle, None)
+
+    def _hold(self, message: Message, delivery_id: uuid.UUID, lease_token: uuid.UUID) -> None:
+        with self._inflight_lock:
+            if message.receipt_handle in self._inflight:
+                self._inflight[message.receipt_handle] = (delivery_id, lease_token)
+
+    def _ensure_heartbeat(self) -> None:
+        if self._heartbeat is None or not self._heartbeat.is_alive():
+            self._heartbeat = threading.Thread(
+                target=self._beat, name=f"{self.name}-heartbeat", daemon=True
+            )
+            self._heartbeat.start()
+
+    def _beat(self) -> None:
+        interval = self.visibility_timeout_s / 3
+        while not self._heartbeat_stop.wait(interval):
+            try:
+                self.heartbeat(self._clock())
+            except Exception:
+                log.exception("heartbeat failed; will retry")
+
+    def heartbeat(self, now: datetime) -> int:
+        """Extend the visibility timeout of every message in flight and the lease of its
+        delivery row; returns how many messages were extended."""
+        with self._inflight_lock:
+            held = list(self._inflight.items())
+        for handle, lease in held:
+            self._queue.change_visibility(handle, now=now, timeout_s=self.visibility_timeout_s)
+            if lease is not None:
+                with self._engine.begin() as conn:
+                    conn.execute(
+                        query("delivery_heartbeat"),
+                        {"id": lease[0], "lease_token": lease[1], "now": now},
+                    )
+        return len(held)
+
+    def close(self) -> None:
+        """Stop the heartbeat thread."""
+        self._heartbeat_stop.set()
 
     def handle(self, message: Message, now: datetime) -> Outcome:
         """Handle one received message; see the class docstring for the steps.
@@ -228,9 +314,17 @@ class Sender:
                             query("delivery_status"),
                             {"reminder_id": occ.reminder_id, "run_time_utc": chosen},
                         ).scalar_one_or_none()
-                        outcome = (
-                            Outcome.BUSY if status == DeliveryStatus.SENDING else Outcome.DUPLICATE
-                        )
+                        if status == DeliveryStatus.SENDING:
+                            outcome = Outcome.BUSY
+                        else:
+                            # Already terminal, yet the reminder still points here (e.g.
+                            # re-driven after a crash): move it on instead of looping.
+                            outcome = Outcome.DUPLICATE
+                            self._advance(
+                                conn, occ, zone, after=chosen, error=None, now=now,
+                                sent=status in (DeliveryStatus.SENT, DeliveryStatus.BOUNCED,
+                                                DeliveryStatus.COMPLAINED),
+                            )  # fmt: skip
                     else:
                         delivery_id = taken.id
                         outcome = Outcome.SENT  # provisional: we hold the lease
@@ -289,6 +383,8 @@ class Sender:
         key = idempotency_key(occ.reminder_id, chosen)
         recipient: str | None = None
         zone = zone_or_none(reminder.timezone, profile)
+        self._hold(message, delivery_id, lease_token)
+        attempts = 0
         try:
             if profile is None:
                 raise PermanentDeliveryError(f"no profile for user {reminder.user_id!r}")
@@ -303,21 +399,35 @@ class Sender:
                 run_time_utc=chosen,
                 timezone=zone.key,
             )
-            receipt = self._provider.send(
-                OutgoingEmail(
-                    to=profile.email,
-                    sender=self.mail_from,
-                    subject=rendered.subject,
-                    text=rendered.text,
-                    html=rendered.html,
-                ),
-                idempotency_key=key,
+            email = OutgoingEmail(
+                to=profile.email,
+                sender=self.mail_from,
+                subject=rendered.subject,
+                text=rendered.text,
+                html=rendered.html,
             )
+            policy = self.retry
+            retrying = Retrying(
+                retry=retry_if_exception_type(TransientDeliveryError),
+                stop=lambda state: should_stop(policy, state),
+                wait=lambda state: next_wait_s(policy, state),
+                sleep=self._sleep,
+                reraise=True,
+            )
+            for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    receipt = self._provider.send(email, idempotency_key=key)
         except (TransientDeliveryError, InfrastructureError) as exc:
-            return self._retry_later(message, delivery_id, lease_token, exc)
+            return self._retry_later(message, delivery_id, lease_token, exc, attempts)
+        except ShutdownRequested:
+            return self._retry_later(
+                message, delivery_id, lease_token, RuntimeError("shutting down"), attempts,
+                delay_s=0,
+            )  # fmt: skip
         except PermanentDeliveryError as exc:
             self._complete(
-                occ, chosen, zone, delivery_id, lease_token,
+                occ, chosen, zone, delivery_id, lease_token, attempts=attempts,
                 status=DeliveryStatus.FAILED, recipient=recipient, error=str(exc),
             )  # fmt: skip
             self._queue.delete([message.receipt_handle])
@@ -327,7 +437,7 @@ class Sender:
 
         sent_at = self._clock()
         self._complete(
-            occ, chosen, zone, delivery_id, lease_token,
+            occ, chosen, zone, delivery_id, lease_token, attempts=attempts,
             status=DeliveryStatus.SENT, recipient=recipient, sent_at=sent_at,
             provider=receipt.provider, provider_message_id=receipt.provider_message_id,
         )  # fmt: skip
@@ -337,22 +447,41 @@ class Sender:
         log.info("sent %s to %s via %s", key, recipient, receipt.provider)
         return Outcome.SENT
 
+    def _sleep(self, seconds: float) -> None:
+        """Wait between retries; a shutdown ends the wait (ShutdownRequested)."""
+        if self._stop.wait(seconds):
+            raise ShutdownRequested
+
     def _retry_later(
         self,
         message: Message,
         delivery_id: uuid.UUID | None,
         lease_token: uuid.UUID | None,
         exc: Exception,
+        attempts: int = 0,
+        *,
+        delay_s: float | None = None,
     ) -> Outcome:
-        """Give the lease back and hide the message for a backoff (Retry-After wins)."""
+        """Give the lease back and hide the message for a backoff (Retry-After wins); the
+        next receive retries it, up to the queue's maximum receive count (then the DLQ)."""
         retry_after = getattr(exc, "retry_after_s", None)
-        delay = retry_after if retry_after is not None else min(2.0**message.receive_count, 60)
+        delay = (
+            delay_s
+            if delay_s is not None
+            else requeue_delay_s(self.retry, message.receive_count, retry_after)
+        )
         now = self._clock()
         if delivery_id is not None:
             with self._engine.begin() as conn:
                 conn.execute(
                     query("delivery_release"),
-                    {"id": delivery_id, "lease_token": lease_token, "error": str(exc), "now": now},
+                    {
+                        "id": delivery_id,
+                        "lease_token": lease_token,
+                        "error": str(exc),
+                        "attempts": attempts,
+                        "now": now,
+                    },
                 )
         self._queue.change_visibility(message.receipt_handle, now=now, timeout_s=delay)
         log.warning("transient failure for %s, retry in %.0fs: %s", message.body, delay, exc)
@@ -367,6 +496,7 @@ class Sender:
         delivery_id: uuid.UUID,
         lease_token: uuid.UUID,
         *,
+        attempts: int,
         status: DeliveryStatus,
         recipient: str | None,
         error: str | None = None,
@@ -388,6 +518,7 @@ class Sender:
                     "provider_message_id": provider_message_id,
                     "recipient": recipient,
                     "error": error,
+                    "attempts": attempts,
                     "now": now,
                 },
             ).rowcount

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from coordinator.service import Coordinator
+from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import TransientDeliveryError
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
@@ -78,6 +79,7 @@ def make_sender(
     clock: Clock | None = None,
     *,
     renderer: Renderer | None = None,
+    retry: RetryPolicy | None = None,
 ) -> Sender:
     return Sender(
         db,
@@ -89,6 +91,8 @@ def make_sender(
         visibility_timeout_s=30,
         lease_s=60,
         schedule_config=ScheduleConfig.from_settings(settings),
+        # One call per receive unless a test asks for more: these tests follow the queue.
+        retry=retry or RetryPolicy(attempts=1),
         clock=clock or Clock(NOW),
     )
 

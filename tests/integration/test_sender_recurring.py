@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from coordinator.service import Coordinator
+from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import TransientDeliveryError
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
@@ -82,6 +83,7 @@ def tick(db: Engine, queue: PostgresQueue, settings: Settings, provider: Countin
         visibility_timeout_s=30,
         lease_s=60,
         schedule_config=ScheduleConfig.from_settings(settings),
+        retry=RetryPolicy(attempts=1),
         clock=Clock(now),
     )
     return sender.run_once(now).counts

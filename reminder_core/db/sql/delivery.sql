@@ -26,10 +26,9 @@ INSERT INTO delivery_log AS d
     (reminder_id, user_id, run_time_utc, status, attempt_count, locked_at, lease_token,
      created_at, updated_at)
 VALUES
-    (:reminder_id, :user_id, :run_time_utc, 'sending', 1, :now, :lease_token, :now, :now)
+    (:reminder_id, :user_id, :run_time_utc, 'sending', 0, :now, :lease_token, :now, :now)
 ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
-SET attempt_count = d.attempt_count + 1,
-    locked_at = EXCLUDED.locked_at,
+SET locked_at = EXCLUDED.locked_at,
     lease_token = EXCLUDED.lease_token,
     updated_at = EXCLUDED.updated_at
 WHERE d.status = 'sending' AND (d.locked_at IS NULL OR d.locked_at <= :lease_expired_before)
@@ -55,15 +54,26 @@ SET status = :status,
     provider_message_id = :provider_message_id,
     recipient = :recipient,
     error = :error,
+    attempt_count = attempt_count + :attempts,
     locked_at = NULL,
     lease_token = NULL,
     updated_at = :now
 WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
 
+-- name: delivery_heartbeat
+-- Extend the lease of a row being worked on (with the message's visibility timeout).
+UPDATE delivery_log
+SET locked_at = :now
+WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
+
 -- name: delivery_release
 -- Give the lease back after a transient error so the next receive retries at once.
 UPDATE delivery_log
-SET locked_at = NULL, lease_token = NULL, error = :error, updated_at = :now
+SET locked_at = NULL,
+    lease_token = NULL,
+    error = :error,
+    attempt_count = attempt_count + :attempts,
+    updated_at = :now
 WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
 
 -- name: reminder_lock_for_advance
