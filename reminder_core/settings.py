@@ -81,6 +81,17 @@ class Settings(BaseSettings):
     expansion_max_iterations: int = Field(default=100_000, ge=100)
     expansion_max_seconds: float = Field(default=0.5, gt=0, le=10)
 
+    # --- maintenance (DESIGN §4.4) ---
+    maintenance_poll_interval_s: float = Field(default=10.0, gt=0, le=3600)
+    claim_timeout_s: float = Field(
+        default=900.0, gt=0, description="A reminder claimed longer than this is re-driven."
+    )
+    abandon_after_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="An unheld `sending` row its reminder moved past is failed after this.",
+    )
+
     # --- retries (DESIGN §4.6) ---
     send_attempts: int = Field(
         default=4, ge=1, le=20, description="Provider calls per received message."

@@ -1,10 +1,14 @@
-"""`reminders` CLI (typer): api, coordinator, sweeper, sender, dev, migrate, token."""
+"""`reminders` CLI (typer): api, coordinator, sweeper, sender, maintenance, dev, migrate,
+token, dlq."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from reminder_core.runtime import Runtime
 
 app = typer.Typer(
     help="Reminder scheduler: run a workload, or everything at once with `reminders dev`.",
@@ -55,6 +59,100 @@ def sender() -> None:
     from sender.main import main
 
     raise typer.Exit(main())
+
+
+@app.command()
+def maintenance() -> None:
+    """Reap stuck claims and abandoned deliveries; record dead letters as failed."""
+    from coordinator.maintenance_main import main
+
+    raise typer.Exit(main())
+
+
+dlq = typer.Typer(help="Inspect, replay or purge the dead-letter queue.", no_args_is_help=True)
+app.add_typer(dlq, name="dlq")
+
+
+def _queue_runtime() -> Runtime:
+    from reminder_core.logging import configure_logging
+    from reminder_core.runtime import open_runtime
+    from reminder_core.settings import Settings
+
+    settings = Settings()
+    configure_logging("WARNING")
+    return open_runtime(settings, application_name="reminders-dlq")
+
+
+@dlq.command("list")
+def dlq_list(limit: Annotated[int, typer.Option(min=1, help="Most rows shown.")] = 100) -> None:
+    """Show dead letters: occurrence, receives, when, whether recorded as failed."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from reminder_core.dlq import list_dead_letters
+
+    rt = _queue_runtime()
+    try:
+        letters = list_dead_letters(rt.queue, limit=limit)
+    finally:
+        rt.close()
+    table = Table(title=f"dead-letter queue ({len(letters)})")
+    for column in ("id", "reminder_id", "run_time_utc", "receives", "dead-lettered", "recorded"):
+        table.add_column(column)
+    for d in letters:
+        table.add_row(
+            d.message_id,
+            str(d.body.get("reminder_id")),
+            str(d.body.get("run_time_utc")),
+            str(d.receive_count),
+            d.dead_lettered_at.isoformat(timespec="seconds") if d.dead_lettered_at else "",
+            "yes" if d.recorded_at else "not yet",
+        )
+    Console().print(table)
+
+
+@dlq.command("replay")
+def dlq_replay(
+    ids: Annotated[
+        list[str] | None, typer.Option("--id", help="Dead-letter id (repeatable); all if none.")
+    ] = None,
+) -> None:
+    """Send dead letters back to the queue; an occurrence already sent is not sent again."""
+    from reminder_core.clock import utcnow
+    from reminder_core.dlq import replay
+
+    rt = _queue_runtime()
+    try:
+        report = replay(rt.engine, rt.queue, ids or None, now=utcnow())
+    finally:
+        rt.close()
+    typer.echo(
+        f"redriven: {report.redriven}; already delivered (dropped, not resent): "
+        f"{report.already_done}; not found: {report.missing}"
+    )
+    if report.missing:
+        raise typer.Exit(1)
+
+
+@dlq.command("purge")
+def dlq_purge(
+    ids: Annotated[
+        list[str] | None, typer.Option("--id", help="Dead-letter id (repeatable).")
+    ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Purge every dead letter.")] = False,
+) -> None:
+    """Delete dead letters (their occurrences stay recorded as failed)."""
+    from reminder_core.dlq import purge
+
+    if not ids and not all_:
+        typer.echo("error: give --id ID (repeatable) or --all", err=True)
+        raise typer.Exit(2)
+    rt = _queue_runtime()
+    try:
+        count = purge(rt.queue, None if all_ else ids)
+    finally:
+        rt.close()
+    typer.echo(f"purged: {count}")
 
 
 @app.command()

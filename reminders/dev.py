@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.rule import Rule
 
 import coordinator.main as coordinator_main
+import coordinator.maintenance_main as maintenance_main
 import outbox_sweeper.main as sweeper_main
 import sender.main as sender_main
 from reminder_api.app import create_app
@@ -109,6 +110,7 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         (coordinator_main.build(rt), settings.coordinator_poll_interval_s),
         (sweeper_main.build(rt), settings.sweeper_poll_interval_s),
         (sender_main.build(rt, stop), settings.sender_poll_interval_s),
+        (maintenance_main.build(rt), settings.maintenance_poll_interval_s),
     ]
     threads = start_loops(loops, stop)
     app = create_app(settings, rt.engine, rt.profiles)

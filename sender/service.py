@@ -71,6 +71,7 @@ class Occurrence:
     run_time_utc: datetime
     user_id: str
     version: int
+    replay: bool = False  # redriven from the dead-letter queue by `reminders dlq replay`
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Occurrence:
@@ -88,6 +89,7 @@ class Occurrence:
                 run_time_utc=run_time,
                 user_id=str(body["user_id"]),
                 version=int(body["version"]),
+                replay=body.get("replay") is True,
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed message body: {exc!r}") from exc
@@ -266,7 +268,21 @@ class Sender:
             if reminder is None:
                 log.error("dropping message for unknown reminder %s", occ.reminder_id)
                 outcome = Outcome.DROPPED
-            elif not _still_due(reminder, occ):
+            elif occ.replay and reminder.status in (
+                ReminderStatus.CANCELLED,
+                ReminderStatus.PAUSED,
+            ):
+                conn.execute(
+                    query("delivery_cancel_replay"),
+                    {
+                        "reminder_id": occ.reminder_id,
+                        "run_time_utc": occ.run_time_utc,
+                        "error": f"replay skipped: reminder is {reminder.status}",
+                        "now": now,
+                    },
+                )
+                outcome = Outcome.CANCELLED
+            elif not occ.replay and not _still_due(reminder, occ):
                 recorded = record_terminal(
                     conn,
                     reminder_id=occ.reminder_id,
@@ -281,7 +297,11 @@ class Sender:
                 outcome = Outcome.CANCELLED if recorded else Outcome.DUPLICATE
             else:
                 zone = zone_or_none(reminder.timezone, profile)
-                plan = self._plan(conn, reminder, occ, zone, now)
+                plan = (
+                    MisfirePlan(send=occ.run_time_utc, missed=())
+                    if occ.replay  # a replay sends exactly the occurrence it names
+                    else self._plan(conn, reminder, occ, zone, now)
+                )
                 for missed in plan.missed:
                     record_terminal(
                         conn,
@@ -533,6 +553,8 @@ class Sender:
                 conn, occ, zone, after=chosen, sent=status is DeliveryStatus.SENT,
                 error=error, now=now,
             )  # fmt: skip
+            if occ.replay and status is DeliveryStatus.SENT:
+                conn.execute(query("reminder_replayed_sent"), {"id": occ.reminder_id, "now": now})
 
     def _advance(
         self,

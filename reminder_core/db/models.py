@@ -185,6 +185,8 @@ class QueueMessage(Base):
     receipt_handle: Mapped[uuid.UUID | None] = mapped_column(UUID)
     dead_lettered: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     dead_lettered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When the maintenance workload recorded the dead letter's occurrence as `failed`.
+    dead_letter_recorded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
 
     __table_args__ = (
@@ -200,5 +202,11 @@ class QueueMessage(Base):
             "queue_name",
             "dead_lettered_at",
             postgresql_where=text("dead_lettered"),
+        ),
+        Index(
+            "ix_queue_messages_dlq_unrecorded",
+            "queue_name",
+            "dead_lettered_at",
+            postgresql_where=text("dead_lettered AND dead_letter_recorded_at IS NULL"),
         ),
     )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from reminder_core.queue.base import Message, Queue, QueueDepth
+from reminder_core.queue.base import DeadLetter, Message, Queue, QueueDepth
 from reminder_core.queue.postgres import PostgresQueue
 
-__all__ = ["Message", "PostgresQueue", "Queue", "QueueDepth", "open_queue"]
+__all__ = ["DeadLetter", "Message", "PostgresQueue", "Queue", "QueueDepth", "open_queue"]
 
 
 def open_queue(queue_url: str, engine: Engine, *, max_receive_count: int) -> Queue:

@@ -34,6 +34,25 @@ class QueueDepth:
     dead_lettered: int
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message in the dead-letter queue.
+
+    Attributes:
+        message_id: backend id.
+        body: the JSON object that was sent.
+        receive_count: receives before it was dead-lettered.
+        dead_lettered_at: aware UTC, when it moved to the DLQ (None if unknown).
+        recorded_at: when its occurrence was recorded `failed` (None: not yet).
+    """
+
+    message_id: str
+    body: dict[str, Any]
+    receive_count: int
+    dead_lettered_at: datetime | None
+    recorded_at: datetime | None
+
+
 class Queue(Protocol):
     """At-least-once queue with a visibility timeout and a dead-letter queue (SQS model)."""
 
@@ -68,4 +87,24 @@ class Queue(Protocol):
 
     def depth(self, *, now: datetime) -> QueueDepth:
         """Return the approximate depth of the queue and its dead-letter queue."""
+        ...
+
+    # --- dead-letter queue -------------------------------------------------------------
+
+    def dead_letters(self, *, limit: int, unrecorded_only: bool = False) -> list[DeadLetter]:
+        """Messages in the dead-letter queue, oldest first (only those whose occurrence is
+        not yet recorded, with `unrecorded_only`)."""
+        ...
+
+    def mark_dead_letters_recorded(self, message_ids: Sequence[str], *, now: datetime) -> None:
+        """Remember that these dead letters' occurrences were recorded `failed`."""
+        ...
+
+    def redrive(self, message_ids: Sequence[str], *, now: datetime) -> int:
+        """Move dead letters back to the queue, visible at once and marked as a replay;
+        returns how many moved."""
+        ...
+
+    def delete_dead_letters(self, message_ids: Sequence[str] | None) -> int:
+        """Delete these dead letters (None: all of them); returns how many."""
         ...

@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from reminder_core.db.queries import query
 from reminder_core.errors import InfrastructureError
-from reminder_core.queue.base import Message, QueueDepth
+from reminder_core.queue.base import DeadLetter, Message, QueueDepth
 
 
 class PostgresQueue:
@@ -97,3 +97,44 @@ class PostgresQueue:
         return QueueDepth(
             visible=row.visible, not_visible=row.not_visible, dead_lettered=row.dead_lettered
         )
+
+    def dead_letters(self, *, limit: int, unrecorded_only: bool = False) -> list[DeadLetter]:
+        name = "dlq_unrecorded" if unrecorded_only else "dlq_list"
+        with self._engine.begin() as conn:
+            rows = conn.execute(query(name), {"queue": self.name, "limit": limit}).all()
+        return [
+            DeadLetter(
+                message_id=str(r.id),
+                body=dict(r.body),
+                receive_count=r.receive_count,
+                dead_lettered_at=r.dead_lettered_at,
+                recorded_at=r.dead_letter_recorded_at,
+            )
+            for r in rows
+        ]
+
+    def mark_dead_letters_recorded(self, message_ids: Sequence[str], *, now: datetime) -> None:
+        if not message_ids:
+            return
+        with self._engine.begin() as conn:
+            conn.execute(
+                query("dlq_mark_recorded"),
+                {"queue": self.name, "ids": [int(i) for i in message_ids], "now": now},
+            )
+
+    def redrive(self, message_ids: Sequence[str], *, now: datetime) -> int:
+        if not message_ids:
+            return 0
+        with self._engine.begin() as conn:
+            return conn.execute(
+                query("dlq_redrive"),
+                {"queue": self.name, "ids": [int(i) for i in message_ids], "now": now},
+            ).rowcount
+
+    def delete_dead_letters(self, message_ids: Sequence[str] | None) -> int:
+        with self._engine.begin() as conn:
+            if message_ids is None:
+                return conn.execute(query("dlq_purge_all"), {"queue": self.name}).rowcount
+            return conn.execute(
+                query("dlq_delete"), {"queue": self.name, "ids": [int(i) for i in message_ids]}
+            ).rowcount

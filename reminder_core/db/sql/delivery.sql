@@ -97,3 +97,10 @@ SET status = :status,
     last_error = :last_error,
     updated_at = :now
 WHERE id = :id AND next_run_utc = :run_time_utc AND status IN ('claimed', 'pending');
+
+-- name: delivery_cancel_replay
+-- A replayed occurrence whose reminder was cancelled or paused meanwhile is not sent.
+UPDATE delivery_log
+SET status = 'cancelled', error = :error, locked_at = NULL, lease_token = NULL, updated_at = :now
+WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc AND status = 'sending'
+  AND locked_at IS NULL;

@@ -47,3 +47,44 @@ SELECT
     count(*) FILTER (WHERE dead_lettered) AS dead_lettered
 FROM queue_messages
 WHERE queue_name = :queue;
+
+-- name: dlq_list
+SELECT id, body, receive_count, dead_lettered_at, dead_letter_recorded_at
+FROM queue_messages
+WHERE queue_name = :queue AND dead_lettered
+ORDER BY dead_lettered_at, id
+LIMIT :limit;
+
+-- name: dlq_unrecorded
+SELECT id, body, receive_count, dead_lettered_at, dead_letter_recorded_at
+FROM queue_messages
+WHERE queue_name = :queue AND dead_lettered AND dead_letter_recorded_at IS NULL
+ORDER BY dead_lettered_at, id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: dlq_mark_recorded
+UPDATE queue_messages
+SET dead_letter_recorded_at = :now
+WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered;
+
+-- name: dlq_redrive
+-- Back to the main queue, as SQS's DLQ redrive does: visible now, receive count reset,
+-- marked as a replay so the sender sends the occurrence even if its reminder moved on.
+UPDATE queue_messages
+SET dead_lettered = false,
+    dead_lettered_at = NULL,
+    dead_letter_recorded_at = NULL,
+    receive_count = 0,
+    receipt_handle = NULL,
+    visible_at = :now,
+    body = body || '{"replay": true}'::jsonb
+WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered;
+
+-- name: dlq_delete
+DELETE FROM queue_messages
+WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered;
+
+-- name: dlq_purge_all
+DELETE FROM queue_messages
+WHERE queue_name = :queue AND dead_lettered;

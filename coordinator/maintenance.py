@@ -1,0 +1,164 @@
+"""Maintenance workload: reapers and dead-letter recording (DESIGN §4.4).
+
+- Reminders stuck in `claimed` past `claim_timeout_s` go back to `pending` with the same
+  next_run_utc (re-driven; the unique delivery row keeps this safe).
+- `sending` delivery rows that no worker holds and that their reminder will not come back
+  to are recorded `failed` ("abandoned").
+- Dead-lettered messages: the occurrence is recorded `failed`, a recurring reminder moves
+  to its next occurrence and a one-time one becomes `failed`. The message stays in the
+  dead-letter queue for `reminders dlq list|replay|purge`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine
+
+from reminder_core.db.queries import query
+from reminder_core.delivery import advance_reminder, zone_or_none
+from reminder_core.profiles import ProfileSource
+from reminder_core.queue import DeadLetter, Queue
+from reminder_core.scheduling import ScheduleConfig
+from reminder_core.worker.loop import TickResult
+
+log = logging.getLogger(__name__)
+
+
+class Maintenance:
+    """One tick reaps stuck claims, abandoned deliveries and new dead letters.
+
+    Args:
+        engine: database engine.
+        queue: the queue whose dead letters are recorded.
+        profiles: for the zone of reminders that follow their user's profile.
+        schedule_config: recurrence limits.
+        claim_timeout_s: a claim older than this is re-driven (> the longest retry
+            horizon: max receives x (visibility timeout + backoff)).
+        abandon_after_s: an unheld `sending` row older than this may be abandoned.
+        batch_size: most rows of each kind per tick.
+    """
+
+    name = "maintenance"
+
+    def __init__(
+        self,
+        engine: Engine,
+        queue: Queue,
+        profiles: ProfileSource,
+        *,
+        schedule_config: ScheduleConfig,
+        claim_timeout_s: float,
+        abandon_after_s: float,
+        batch_size: int = 500,
+    ) -> None:
+        self._engine = engine
+        self._queue = queue
+        self._profiles = profiles
+        self.schedule_config = schedule_config
+        self.claim_timeout_s = claim_timeout_s
+        self.abandon_after_s = abandon_after_s
+        self.batch_size = batch_size
+
+    def run_once(self, now: datetime) -> TickResult:
+        """One pass of every reaper; counts per kind."""
+        counts = {
+            "reclaimed": self.reap_claimed(now),
+            "abandoned": self.abandon_sending(now),
+            "dead_letters": self.record_dead_letters(now),
+        }
+        counts = {k: v for k, v in counts.items() if v}
+        more = any(v >= self.batch_size for v in counts.values())
+        return TickResult(processed=sum(counts.values()), more=more, counts=counts)
+
+    def reap_claimed(self, now: datetime) -> int:
+        """Re-drive reminders claimed more than `claim_timeout_s` ago; returns how many."""
+        with self._engine.begin() as conn:
+            rows = conn.execute(
+                query("reap_claimed"),
+                {
+                    "cutoff": now - timedelta(seconds=self.claim_timeout_s),
+                    "now": now,
+                    "limit": self.batch_size,
+                },
+            ).all()
+        if rows:
+            log.warning("re-drove %d reminders stuck in claimed", len(rows))
+        return len(rows)
+
+    def abandon_sending(self, now: datetime) -> int:
+        """Record unheld, orphaned `sending` rows as failed; returns how many."""
+        with self._engine.begin() as conn:
+            rows = conn.execute(
+                query("abandon_sending"),
+                {
+                    "cutoff": now - timedelta(seconds=self.abandon_after_s),
+                    "now": now,
+                    "limit": self.batch_size,
+                },
+            ).all()
+        if rows:
+            log.warning("recorded %d abandoned deliveries as failed", len(rows))
+        return len(rows)
+
+    def record_dead_letters(self, now: datetime) -> int:
+        """Record each new dead letter's occurrence as failed and move its reminder on."""
+        letters = self._queue.dead_letters(limit=self.batch_size, unrecorded_only=True)
+        for letter in letters:
+            self._record(letter, now)
+        self._queue.mark_dead_letters_recorded([d.message_id for d in letters], now=now)
+        return len(letters)
+
+    def _record(self, letter: DeadLetter, now: datetime) -> None:
+        body = letter.body
+        try:
+            reminder_id = uuid.UUID(str(body["reminder_id"]))
+            run_time = datetime.fromisoformat(str(body["run_time_utc"]))
+            user_id = str(body["user_id"])
+        except (KeyError, ValueError, TypeError):
+            log.error("dead letter %s has a malformed body: %r", letter.message_id, body)
+            return
+        error = f"dead-lettered after {letter.receive_count} receives"
+        profile = self._profiles.get(user_id)
+        with self._engine.begin() as conn:
+            conn.execute(
+                query("fail_dead_letter"),
+                {
+                    "reminder_id": reminder_id,
+                    "user_id": user_id,
+                    "run_time_utc": run_time,
+                    "error": error,
+                    "now": now,
+                },
+            )
+            chosen = (
+                conn.execute(
+                    query("fail_chosen_after"),
+                    {
+                        "reminder_id": reminder_id,
+                        "run_time_utc": run_time,
+                        "error": error,
+                        "now": now,
+                    },
+                )
+                .scalars()
+                .all()
+            )
+            timezone = conn.execute(
+                query("reminder_for_send"), {"reminder_id": reminder_id}
+            ).one_or_none()
+            zone = zone_or_none(timezone.timezone if timezone else None, profile)
+            advance_reminder(
+                conn,
+                reminder_id=reminder_id,
+                occurrence_utc=run_time,
+                zone=zone,
+                after=max([run_time, *chosen]),
+                sent=False,
+                error=error,
+                now=now,
+                config=self.schedule_config,
+            )
+        log.error("occurrence %s/%s failed: %s", reminder_id, run_time.isoformat(), error)

@@ -1,0 +1,35 @@
+"""`reminders maintenance` / `python -m coordinator.maintenance_main`."""
+
+from __future__ import annotations
+
+from coordinator.maintenance import Maintenance
+from reminder_core.logging import configure_logging
+from reminder_core.runtime import Runtime, open_runtime, run_services
+from reminder_core.scheduling import ScheduleConfig
+from reminder_core.settings import Settings
+
+
+def build(rt: Runtime) -> Maintenance:
+    s = rt.settings
+    return Maintenance(
+        rt.engine,
+        rt.queue,
+        rt.profiles,
+        schedule_config=ScheduleConfig.from_settings(s),
+        claim_timeout_s=s.claim_timeout_s,
+        abandon_after_s=s.abandon_after_s,
+    )
+
+
+def main(settings: Settings | None = None) -> int:
+    settings = settings or Settings()
+    configure_logging(settings.log_level)
+    rt = open_runtime(settings, application_name="reminders-maintenance")
+    try:
+        return run_services([(build(rt), settings.maintenance_poll_interval_s)], settings)
+    finally:
+        rt.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

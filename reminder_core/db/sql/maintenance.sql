@@ -1,0 +1,90 @@
+-- The maintenance workload: nothing stays `claimed` or `sending` forever (DESIGN §4.4).
+
+-- name: reap_claimed
+-- Re-drive reminders claimed longer ago than :cutoff (their message was lost, or their
+-- sender died for good): back to pending with the same next_run_utc. The unique delivery
+-- row keeps a second delivery of the same occurrence from being sent twice.
+WITH stuck AS (
+    SELECT id
+    FROM reminders
+    WHERE status = 'claimed' AND claimed_at < :cutoff
+    ORDER BY claimed_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE reminders AS r
+SET status = 'pending', claimed_by = NULL, claimed_at = NULL, updated_at = :now
+FROM stuck
+WHERE r.id = stuck.id
+RETURNING r.id;
+
+-- name: abandon_sending
+-- `sending` rows nobody holds (lease expired or released long ago) whose reminder will
+-- not come back to them (cancelled, finished, or moved past them): recorded `failed`.
+-- Rows that their reminder still points at are left: the next claim takes them over.
+WITH stale AS (
+    SELECT d.id
+    FROM delivery_log AS d
+    JOIN reminders AS r ON r.id = d.reminder_id
+    WHERE d.status = 'sending'
+      AND (d.locked_at IS NULL OR d.locked_at < :cutoff)
+      AND d.updated_at < :cutoff
+      AND (r.status NOT IN ('pending', 'claimed')
+           OR r.next_run_utc IS NULL
+           OR r.next_run_utc > d.run_time_utc)
+    ORDER BY d.updated_at
+    LIMIT :limit
+    FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE delivery_log AS d
+SET status = 'failed',
+    error = coalesce(d.error || '; ', '') || 'abandoned: no worker finished it',
+    locked_at = NULL,
+    lease_token = NULL,
+    updated_at = :now
+FROM stale
+WHERE d.id = stale.id
+RETURNING d.id;
+
+-- name: fail_dead_letter
+-- A dead-lettered occurrence (and any later occurrence of the same reminder a sender had
+-- chosen for it under the misfire policy) ends `failed`.
+INSERT INTO delivery_log AS d
+    (reminder_id, user_id, run_time_utc, status, error, created_at, updated_at)
+VALUES (:reminder_id, :user_id, :run_time_utc, 'failed', :error, :now, :now)
+ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
+SET status = 'failed',
+    error = coalesce(d.error || '; ', '') || EXCLUDED.error,
+    locked_at = NULL,
+    lease_token = NULL,
+    updated_at = EXCLUDED.updated_at
+WHERE d.status = 'sending';
+
+-- name: fail_chosen_after
+UPDATE delivery_log
+SET status = 'failed',
+    error = coalesce(error || '; ', '') || :error,
+    locked_at = NULL,
+    lease_token = NULL,
+    updated_at = :now
+WHERE reminder_id = :reminder_id AND status = 'sending' AND run_time_utc > :run_time_utc
+RETURNING run_time_utc;
+
+-- name: delivery_for_replay
+-- Before a dead letter is replayed: an occurrence already delivered stays as it is (not
+-- sent again); a failed or unfinished one becomes `sending` with no lease, for the sender.
+UPDATE delivery_log
+SET status = 'sending',
+    locked_at = NULL,
+    lease_token = NULL,
+    error = coalesce(error || '; ', '') || 'replayed from the dead-letter queue',
+    updated_at = :now
+WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc
+  AND status IN ('failed', 'sending');
+
+-- name: reminder_replayed_sent
+-- A one-time reminder that failed through the dead-letter queue and was then replayed
+-- and sent is complete after all.
+UPDATE reminders
+SET status = 'completed', last_error = NULL, updated_at = :now
+WHERE id = :id AND rrule IS NULL AND status = 'failed';
