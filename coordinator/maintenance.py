@@ -64,10 +64,13 @@ class Maintenance:
 
     def run_once(self, now: datetime) -> TickResult:
         """One pass of every reaper; counts per kind."""
+        # Dead letters first: their reminders are claimed too, and must move on rather
+        # than be re-driven for another round of failing sends.
+        dead_letters = self.record_dead_letters(now)
         counts = {
             "reclaimed": self.reap_claimed(now),
             "abandoned": self.abandon_sending(now),
-            "dead_letters": self.record_dead_letters(now),
+            "dead_letters": dead_letters,
         }
         counts = {k: v for k, v in counts.items() if v}
         more = any(v >= self.batch_size for v in counts.values())

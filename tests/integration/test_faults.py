@@ -1,0 +1,302 @@
+"""Delivery under provider faults, dead letters and reapers (issue 4), with the sender
+talking HTTP to a real local fake provider (tests/support/fake_provider.py) that
+deduplicates on the Idempotency-Key as Resend documents.
+
+Expected behaviour is DESIGN §4: transient errors (timeouts, connection errors, 429, 5xx)
+retry with backoff honouring Retry-After; permanent ones (400) fail at once; after the
+maximum receive count a message is dead-lettered, its occurrence recorded `failed` and a
+recurring reminder advanced; nothing stays `claimed` or `sending` forever.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from sqlalchemy import Engine, text
+
+from coordinator.maintenance import Maintenance
+from coordinator.service import Coordinator
+from reminder_core.dlq import replay
+from reminder_core.domain.retry import RetryPolicy
+from reminder_core.profiles import LocalProfileSource
+from reminder_core.queue import PostgresQueue
+from reminder_core.scheduling import ScheduleConfig
+from reminder_core.settings import Settings
+from sender.providers.resend import ResendProvider
+from sender.render import Renderer
+from sender.service import Sender
+from tests.integration.helpers import insert_due_reminders
+from tests.support.fake_provider import FakeProvider
+
+FAST = RetryPolicy(attempts=4, base_s=0.05, max_wait_s=5, budget_s=60)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    provider = FakeProvider().start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture
+def queue(db: Engine) -> PostgresQueue:
+    return PostgresQueue(db, name="reminders", max_receive_count=3)
+
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def make_sender(
+    db: Engine,
+    queue: PostgresQueue,
+    settings: Settings,
+    fake: FakeProvider,
+    *,
+    retry: RetryPolicy = FAST,
+    clock: Clock | None = None,
+    read_timeout_s: float = 5.0,
+    visibility_timeout_s: float = 30,
+) -> Sender:
+    client = httpx.Client(timeout=httpx.Timeout(read_timeout_s, connect=2.0))
+    return Sender(
+        db,
+        queue,
+        LocalProfileSource(settings.effective_profiles_file),
+        Renderer(),
+        ResendProvider(client, base_url=fake.url, api_key="test-key"),
+        mail_from="r@example.com",
+        visibility_timeout_s=visibility_timeout_s,
+        lease_s=60,
+        schedule_config=ScheduleConfig.from_settings(settings),
+        retry=retry,
+        **({"clock": clock} if clock else {}),
+    )
+
+
+def claim(db: Engine, queue: PostgresQueue, now: datetime) -> None:
+    Coordinator(db, queue, lookahead_s=0, batch_size=1000, worker_id="c").run_once(now)
+
+
+def delivery(db: Engine) -> tuple[str, int, str | None]:
+    with db.connect() as conn:
+        row = conn.execute(text("SELECT status, attempt_count, error FROM delivery_log")).one()
+    return row.status, row.attempt_count, row.error
+
+
+def test_429_with_retry_after_2_waits_at_least_2_seconds(db, queue, settings, fake) -> None:
+    now = datetime.now(UTC)
+    insert_due_reminders(db, 1, next_run_utc=now)
+    claim(db, queue, now)
+    fake.inject({"kind": "429", "retry_after": 2})
+    assert make_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
+    at = [r["at"] for r in fake.state.requests]
+    assert len(at) == 2
+    assert at[1] - at[0] >= 2.0
+    assert delivery(db)[:2] == ("sent", 2)
+
+
+def test_500_three_times_then_200_is_delivered_once_with_4_attempts(
+    db, queue, settings, fake
+) -> None:
+    now = datetime.now(UTC)
+    insert_due_reminders(db, 1, next_run_utc=now)
+    claim(db, queue, now)
+    fake.inject({"kind": "500"}, {"kind": "500"}, {"kind": "500"})
+    assert make_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
+    assert len(fake.state.accepted) == 1
+    assert [r["status"] for r in fake.state.requests] == [500, 500, 500, 200]
+    assert delivery(db)[:2] == ("sent", 4)
+
+
+def test_400_fails_at_once_with_one_provider_call(db, queue, settings, fake) -> None:
+    now = datetime.now(UTC)
+    insert_due_reminders(db, 1, next_run_utc=now)
+    claim(db, queue, now)
+    fake.inject({"kind": "400"})
+    assert make_sender(db, queue, settings, fake).run_once(now).counts == {"failed": 1}
+    assert len(fake.state.requests) == 1
+    status, attempts, error = delivery(db)
+    assert (status, attempts) == ("failed", 1)
+    assert "400" in (error or "")
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT status FROM reminders")).scalar_one() == "failed"
+
+
+def test_timeout_after_sending_retries_with_the_same_key_and_sends_once(
+    db, queue, settings, fake
+) -> None:
+    # The provider takes the message but answers after the client gave up (ambiguous):
+    # the retry carries the same Idempotency-Key, so the provider accepts it once.
+    now = datetime.now(UTC)
+    insert_due_reminders(db, 1, next_run_utc=now)
+    claim(db, queue, now)
+    fake.inject({"kind": "latency", "seconds": 1.5})
+    sender = make_sender(db, queue, settings, fake, read_timeout_s=0.5)
+    assert sender.run_once(now).counts == {"sent": 1}
+    time.sleep(1.5)  # let the slow first request finish on the server
+    keys = [r["key"] for r in fake.state.requests]
+    assert len(keys) == 2
+    assert len(set(keys)) == 1
+    assert len(fake.state.accepted) == 1
+    assert fake.state.duplicates == 1
+
+
+def test_dropped_connection_is_retried(db, queue, settings, fake) -> None:
+    now = datetime.now(UTC)
+    insert_due_reminders(db, 1, next_run_utc=now)
+    claim(db, queue, now)
+    fake.inject({"kind": "drop"})
+    assert make_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
+    assert len(fake.state.accepted) == 1
+
+
+def test_always_failing_provider_dead_letters_fails_and_advances_a_recurring_reminder(
+    db, queue, settings, fake
+) -> None:
+    now = datetime(2030, 1, 1, 9, tzinfo=UTC)
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO reminders (user_id, title, start_local, timezone, rrule,"
+                " next_run_utc) VALUES ('alice', 'daily', '2030-01-01T09:00', 'UTC',"
+                " 'FREQ=DAILY', :n)"
+            ),
+            {"n": now},
+        )
+    claim(db, queue, now)
+    fake.inject(always={"kind": "500"})
+    clock = Clock(now)
+    sender = make_sender(db, queue, settings, fake, retry=RetryPolicy(attempts=1), clock=clock)
+    for _ in range(6):  # each receive fails; the message comes back after its backoff
+        sender.run_once(clock.now)
+        clock.now += timedelta(minutes=10)
+    assert queue.depth(now=clock.now).dead_lettered == 1
+    assert len(fake.state.requests) == 3  # max receive count
+    maintenance = Maintenance(
+        db, queue, LocalProfileSource(settings.effective_profiles_file),
+        schedule_config=ScheduleConfig.from_settings(settings),
+        claim_timeout_s=900, abandon_after_s=900,
+    )  # fmt: skip
+    assert maintenance.run_once(clock.now).counts == {"dead_letters": 1}
+    assert maintenance.run_once(clock.now).counts == {}  # recorded once
+    with db.connect() as conn:
+        d = conn.execute(text("SELECT status, attempt_count, error FROM delivery_log")).one()
+        r = conn.execute(text("SELECT status, next_run_utc FROM reminders")).one()
+    assert (d.status, d.attempt_count) == ("failed", 3)
+    assert "dead-lettered" in d.error
+    assert (r.status, r.next_run_utc) == ("pending", datetime(2030, 1, 2, 9, tzinfo=UTC))
+
+
+def test_replay_sends_a_dead_letter_once_and_never_resends_a_delivered_one(
+    db, queue, settings, fake
+) -> None:
+    now = datetime(2030, 1, 1, 9, tzinfo=UTC)
+    insert_due_reminders(db, 1, next_run_utc=now)  # one-time
+    claim(db, queue, now)
+    fake.inject(always={"kind": "500"})
+    clock = Clock(now)
+    sender = make_sender(db, queue, settings, fake, retry=RetryPolicy(attempts=1), clock=clock)
+    for _ in range(5):
+        sender.run_once(clock.now)
+        clock.now += timedelta(minutes=10)
+    maintenance = Maintenance(
+        db, queue, LocalProfileSource(settings.effective_profiles_file),
+        schedule_config=ScheduleConfig.from_settings(settings),
+        claim_timeout_s=900, abandon_after_s=900,
+    )  # fmt: skip
+    maintenance.run_once(clock.now)
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT status FROM reminders")).scalar_one() == "failed"
+    fake.inject()  # the provider recovers
+    fake.state.always = None
+    report = replay(db, queue, None, now=clock.now)
+    assert (report.redriven, report.already_done, report.missing) == (1, 0, 0)
+    assert sender.run_once(clock.now).counts == {"sent": 1}
+    assert len(fake.state.accepted) == 1
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT status FROM delivery_log")).scalar_one() == "sent"
+        assert conn.execute(text("SELECT status FROM reminders")).scalar_one() == "completed"
+    # The same occurrence dead-lettered again later (a stray duplicate): replay drops it.
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO queue_messages (queue_name, body, visible_at, dead_lettered,"
+                " dead_lettered_at) SELECT 'reminders', payload, :now, true, :now FROM outbox"
+            ),
+            {"now": clock.now},
+        )
+    report = replay(db, queue, None, now=clock.now)
+    assert (report.redriven, report.already_done) == (0, 1)
+    assert queue.depth(now=clock.now).dead_lettered == 0
+    assert len(fake.state.requests) == 4  # 3 receives (the maximum), then the replayed send
+
+
+def test_heartbeat_keeps_a_slow_send_invisible_to_other_senders(db, queue, settings, fake) -> None:
+    now = datetime.now(UTC)
+    insert_due_reminders(db, 1, next_run_utc=now)
+    claim(db, queue, now)
+    fake.inject({"kind": "latency", "seconds": 3})
+    slow = make_sender(db, queue, settings, fake, visibility_timeout_s=1.2)
+    other = make_sender(db, queue, settings, fake, visibility_timeout_s=1.2)
+    done: dict[str, int] = {}
+    worker = threading.Thread(target=lambda: done.update(slow.run_once(datetime.now(UTC)).counts))
+    worker.start()
+    time.sleep(0.3)
+    seen = 0
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:  # well past the 1.2 s visibility timeout
+        seen += other.run_once(datetime.now(UTC)).processed
+        time.sleep(0.2)
+    worker.join(10)
+    slow.close()
+    other.close()
+    assert seen == 0
+    assert done == {"sent": 1}
+    assert len(fake.state.requests) == 1
+
+
+def test_reapers_redrive_stuck_claims_and_fail_orphaned_sending_rows(db, queue, settings) -> None:
+    now = datetime(2030, 1, 1, 12, tzinfo=UTC)
+    insert_due_reminders(db, 2, next_run_utc=now - timedelta(hours=1))
+    with db.begin() as conn:
+        ids = conn.execute(text("SELECT id FROM reminders ORDER BY title")).scalars().all()
+        # One stuck in claimed for an hour (its message was lost).
+        conn.execute(
+            text("UPDATE reminders SET status = 'claimed', claimed_by = 'dead', claimed_at = :t"
+                 " WHERE id = :id"),
+            {"t": now - timedelta(hours=1), "id": ids[0]},
+        )  # fmt: skip
+        # One cancelled, with an unheld `sending` row left by a worker that died.
+        conn.execute(
+            text("UPDATE reminders SET status = 'cancelled', next_run_utc = NULL WHERE id = :id"),
+            {"id": ids[1]},
+        )
+        conn.execute(
+            text("INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
+                 " locked_at, updated_at) VALUES (:id, 'alice', :t, 'sending', :t, :t)"),
+            {"id": ids[1], "t": now - timedelta(hours=1)},
+        )  # fmt: skip
+    maintenance = Maintenance(
+        db, queue, LocalProfileSource(settings.effective_profiles_file),
+        schedule_config=ScheduleConfig.from_settings(settings),
+        claim_timeout_s=900, abandon_after_s=900,
+    )  # fmt: skip
+    assert maintenance.run_once(now).counts == {"reclaimed": 1, "abandoned": 1}
+    with db.connect() as conn:
+        first = conn.execute(
+            text("SELECT status, next_run_utc FROM reminders WHERE id = :id"), {"id": ids[0]}
+        ).one()
+        row = conn.execute(text("SELECT status, error FROM delivery_log")).one()
+    assert (first.status, first.next_run_utc) == ("pending", now - timedelta(hours=1))
+    assert row.status == "failed"
+    assert "abandoned" in row.error
