@@ -182,9 +182,7 @@ def test_separate_workloads_deliver_a_recurring_reminder_and_catch_up_once(
         assert set(statuses[catch_up:]) == {"sent"}
         times = [t for t, _ in after]
         assert times == sorted(times)
-        assert all(
-            (b - a).total_seconds() == PERIOD_S for a, b in itertools.pairwise(times)
-        )
+        assert all((b - a).total_seconds() == PERIOD_S for a, b in itertools.pairwise(times))
         assert len(list((workdir / "mail").glob("*.eml"))) == statuses.count("sent") + len(
             [s for _, s in before if s == "sent"]
         )
