@@ -52,8 +52,8 @@ def rate(batch: list[Schedule], zone: ZoneInfo, rounds: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--schedules", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--schedules", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     rng = random.Random(7)
 

@@ -44,6 +44,9 @@ class State:
 class Handler(BaseHTTPRequestHandler):
     server: FakeServer
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; without TCP_NODELAY, Nagle's algorithm
+    # and the client's delayed ACK add ~40 ms to every keep-alive request.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
