@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 
 from reminder_api.deps import AppContext, context, current_user
 from reminder_api.routes.reminders import zone_of
-from reminder_api.schedules import occurrence_list, parse_schedule, schedule_of
+from reminder_api.schedules import first_run, occurrence_list, parse_schedule, schedule_of
 from reminder_api.schemas import OccurrenceList, PreviewRequest
 
 router = APIRouter(prefix="/v1", tags=["occurrences"])
@@ -32,4 +32,7 @@ def preview_occurrences(
     )
     zone = zone_of(ctx, user_id, payload.timezone)
     config = ctx.schedule_config
-    return occurrence_list(schedule_of(stored, config), zone, ctx.clock(), payload.limit, config)
+    schedule = schedule_of(stored, config)
+    now = ctx.clock()
+    first_run(schedule, zone, now, config)  # refused exactly as creating it would be
+    return occurrence_list(schedule, zone, now, payload.limit, config)

@@ -183,7 +183,7 @@ def create_reminder(
             "start_local": stored.start_local,
             "all_day": stored.all_day,
             "timezone": payload.timezone,
-            "rrule": stored.rrule,
+            "rrule": schedule.rule.text if schedule.rule is not None else None,
             "exdates": list(stored.exdates),
             "dst_nonexistent": stored.nonexistent,
             "dst_ambiguous": stored.ambiguous,
@@ -374,8 +374,10 @@ def update_reminder(
         timezone = payload.timezone if "timezone" in given else r.timezone
         zone = zone_of(ctx, user_id, timezone)
         config = ctx.schedule_config
-        next_run = first_run(schedule_of(stored, config), zone, now, config)
-        r.start_local, r.all_day, r.rrule = stored.start_local, stored.all_day, stored.rrule
+        schedule = schedule_of(stored, config)
+        next_run = first_run(schedule, zone, now, config)
+        r.start_local, r.all_day = stored.start_local, stored.all_day
+        r.rrule = schedule.rule.text if schedule.rule is not None else None
         r.exdates = list(stored.exdates)
         r.dst_nonexistent, r.dst_ambiguous = stored.nonexistent, stored.ambiguous
         r.timezone = timezone

@@ -38,6 +38,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
@@ -47,6 +48,7 @@ from zoneinfo import ZoneInfo
 
 from dateutil import rrule as du
 
+from reminder_core.domain.deadline import TimeLimitExceeded, time_limit
 from reminder_core.domain.localtime import Ambiguous, Nonexistent, readings
 from reminder_core.domain.rrule import RecurRule, parse_rrule
 from reminder_core.errors import InvalidSchedule
@@ -165,6 +167,10 @@ def compile_schedule(
         raise ValueError("start_local must be naive")
     if len(exdates) > limits.max_exdates:
         raise InvalidSchedule("exdates", f"at most {limits.max_exdates} are allowed")
+    if exdates and rrule is None:
+        raise InvalidSchedule(
+            "exdates", "exclusions need an rrule: a one-time reminder has one time"
+        )
     rule = None
     if rrule is not None:
         rule = parse_rrule(rrule, all_day=all_day, max_count=limits.max_count)
@@ -188,7 +194,8 @@ def compile_schedule(
         ambiguous=ambiguous,
     )
     if rule is not None:
-        _check_spacing(schedule, limits)
+        with _bounded(limits):
+            _check_spacing(schedule, limits)
     return schedule
 
 
@@ -213,6 +220,17 @@ def _check_spacing(schedule: Schedule, limits: Limits) -> None:
         previous = local
         if i >= 50:
             break
+
+
+@contextmanager
+def _bounded(limits: Limits) -> Iterator[None]:
+    """Stop an expansion after `limits.max_seconds` of wall time, wherever it is (also
+    inside python-dateutil's search), as ExpansionLimitExceeded."""
+    try:
+        with time_limit(limits.max_seconds):
+            yield
+    except TimeLimitExceeded:
+        raise ExpansionLimitExceeded(f"over {limits.max_seconds:g} s") from None
 
 
 class _Budget:
@@ -366,7 +384,12 @@ def _local_candidates(
     shifted = anchor.replace(year=anchor.year + cycles * _CYCLE_YEARS)
     back = shifted - anchor  # an exact number of days: 146,097 per 400 years
     previous = None
-    expansion = _expand(rule, start, shifted)
+    try:
+        expansion = _expand(rule, start, shifted)
+    except ValueError as exc:
+        # dateutil refuses rules it can tell are empty, e.g. HOURLY;INTERVAL=2;BYHOUR=9
+        # from an even hour ("byxxx generates an empty set").
+        raise InvalidSchedule("rrule", f"has no occurrence ({exc})") from None
     while True:
         try:
             candidate = next(expansion)
@@ -506,8 +529,11 @@ def next_occurrence(
     Raises:
         ExpansionLimitExceeded: the rule needs more iterations or time than `limits`.
     """
-    for occ in iter_occurrences(schedule, zone, after=after, inclusive=inclusive, limits=limits):
-        return occ.utc
+    with _bounded(limits):
+        for occ in iter_occurrences(
+            schedule, zone, after=after, inclusive=inclusive, limits=limits
+        ):
+            return occ.utc
     return None
 
 
@@ -522,11 +548,12 @@ def occurrences_between(
 ) -> list[datetime]:
     """Instants in (`after`, `until`], ascending, at most `max_items` (aware UTC)."""
     found: list[datetime] = []
-    for occ in iter_occurrences(schedule, zone, after=after, inclusive=False, limits=limits):
-        assert occ.utc is not None
-        if occ.utc > until or len(found) >= max_items:
-            break
-        found.append(occ.utc)
+    with _bounded(limits):
+        for occ in iter_occurrences(schedule, zone, after=after, inclusive=False, limits=limits):
+            assert occ.utc is not None
+            if occ.utc > until or len(found) >= max_items:
+                break
+            found.append(occ.utc)
     return found
 
 

@@ -8,7 +8,7 @@ that would make dateutil spin) is refused up front with a sentence a user can ac
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from typing import Literal
 
@@ -74,7 +74,7 @@ class RecurRule:
     byminute: tuple[int, ...] | None = None
     bysecond: tuple[int, ...] | None = None
     bysetpos: tuple[int, ...] | None = None
-    text: str = field(default="", compare=False)
+    text: str = field(default="", compare=False)  # canonical RFC 5545 form
 
     @property
     def nominal_spacing_s(self) -> int:
@@ -153,6 +153,11 @@ def parse_rrule(text: str, *, all_day: bool, max_count: int) -> RecurRule:
 
     bymonth = _int_list(parts, "BYMONTH", 1, 12, signed=False)
     byweekno = _int_list(parts, "BYWEEKNO", 1, 53, signed=True)
+    if byweekno is not None and any(w < 0 for w in byweekno):
+        # python-dateutil counts negative ISO weeks from the wrong end of some years (it
+        # misses the Monday of week -52 in 52-week years); refuse rather than misfire.
+        raise InvalidSchedule(FIELD, "negative BYWEEKNO values are not supported; count weeks "
+                              "from the start of the year")  # fmt: skip
     byyearday = _int_list(parts, "BYYEARDAY", 1, 366, signed=True)
     bymonthday = _int_list(parts, "BYMONTHDAY", 1, 31, signed=True)
     byhour = _int_list(parts, "BYHOUR", 0, 23, signed=False)
@@ -209,7 +214,7 @@ def parse_rrule(text: str, *, all_day: bool, max_count: int) -> RecurRule:
                 f"instance(s), so BYSETPOS={','.join(map(str, bysetpos))} never matches",
             )
 
-    return RecurRule(
+    rule = RecurRule(
         freq=freq,
         interval=interval or 1,
         count=count,
@@ -224,8 +229,52 @@ def parse_rrule(text: str, *, all_day: bool, max_count: int) -> RecurRule:
         byminute=byminute,
         bysecond=bysecond,
         bysetpos=bysetpos,
-        text=body.upper(),
     )
+    return replace(rule, text=canonical_text(rule))
+
+
+def canonical_text(rule: RecurRule) -> str:
+    """The rule as canonical RFC 5545 text: parts in the RFC's order, upper case, no
+    spaces, no leading zeros, defaults (INTERVAL=1, WKST=MO) left out."""
+    parts = [f"FREQ={rule.freq}"]
+    if rule.interval != 1:
+        parts.append(f"INTERVAL={rule.interval}")
+    if rule.count is not None:
+        parts.append(f"COUNT={rule.count}")
+    if rule.until is not None:
+        value = rule.until.value
+        parts.append(
+            "UNTIL="
+            + (
+                value.strftime("%Y%m%dT%H%M%SZ")
+                if isinstance(value, datetime)
+                else f"{value:%Y%m%d}"
+            )
+        )
+    for name, values in (
+        ("BYSECOND", rule.bysecond),
+        ("BYMINUTE", rule.byminute),
+        ("BYHOUR", rule.byhour),
+    ):
+        if values is not None:
+            parts.append(f"{name}={','.join(map(str, values))}")
+    if rule.byday is not None:
+        days = ",".join(
+            f"{d.n if d.n is not None else ''}{WEEKDAYS[d.weekday]}" for d in rule.byday
+        )
+        parts.append(f"BYDAY={days}")
+    for name, values in (
+        ("BYMONTHDAY", rule.bymonthday),
+        ("BYYEARDAY", rule.byyearday),
+        ("BYWEEKNO", rule.byweekno),
+        ("BYMONTH", rule.bymonth),
+        ("BYSETPOS", rule.bysetpos),
+    ):
+        if values is not None:
+            parts.append(f"{name}={','.join(map(str, values))}")
+    if rule.wkst != 0:
+        parts.append(f"WKST={WEEKDAYS[rule.wkst]}")
+    return ";".join(parts)
 
 
 def _positive(parts: dict[str, str], name: str, default: int | None, maximum: int) -> int | None:
@@ -233,6 +282,8 @@ def _positive(parts: dict[str, str], name: str, default: int | None, maximum: in
         return default
     value = parts[name]
     if not _DIGITS_RE.match(value):
+        if value.isascii() and value.isdigit():
+            raise InvalidSchedule(FIELD, f"{name}={value} is over the limit of {maximum}")
         raise InvalidSchedule(FIELD, f"{name}={value} must be a positive integer")
     number = int(value)
     if number < 1:

@@ -314,3 +314,57 @@ def test_count_with_many_candidates_is_bounded_by_iterations() -> None:
     schedule = compile_schedule(datetime(1990, 1, 1, 9, 0), rrule="FREQ=DAILY;COUNT=1000")
     with pytest.raises(ExpansionLimitExceeded):
         next_occurrence(schedule, NY, NOW, limits=Limits(max_iterations=500))
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ("rrule:freq=weekly;byday=mo,we", "FREQ=WEEKLY;BYDAY=MO,WE"),
+        ("FREQ = DAILY; COUNT = 03", "FREQ=DAILY;COUNT=3"),
+        ("WKST=SU;BYDAY=-1FR,MO;FREQ=MONTHLY;INTERVAL=1", "FREQ=MONTHLY;BYDAY=MO,-1FR;WKST=SU"),
+        ("FREQ=DAILY;UNTIL=20271231t235959z", "FREQ=DAILY;UNTIL=20271231T235959Z"),
+    ],
+)
+def test_rules_are_kept_in_canonical_rfc_5545_form(text: str, canonical: str) -> None:
+    # New-user trial: lenient spellings were stored verbatim; RFC 5545 §3.3.10 text is
+    # upper case with no spaces, and the parsed rule is the same either way.
+    schedule = compile_schedule(START, rrule=text, limits=Limits(min_spacing_s=0))
+    assert schedule.rule is not None
+    assert schedule.rule.text == canonical
+    again = compile_schedule(START, rrule=canonical, limits=Limits(min_spacing_s=0))
+    assert again.rule == schedule.rule
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Found by the new-user trial: dateutil rejects these as empty sets (a 500 before).
+        "FREQ=HOURLY;INTERVAL=2;BYHOUR=9",
+        "FREQ=HOURLY;INTERVAL=24;BYHOUR=9",
+        # python-dateutil miscounts negative ISO weeks: refused, not misfired.
+        "FREQ=YEARLY;BYWEEKNO=-52;BYDAY=MO",
+    ],
+)
+def test_rules_dateutil_cannot_expand_are_refused(text: str) -> None:
+    # START is 08:xx: an every-other-hour rule from it never reaches 09:00.
+    with pytest.raises(InvalidSchedule) as caught:
+        compile_schedule(START.replace(hour=8, minute=30), rrule=text)
+    assert caught.value.field == "rrule"
+
+
+def test_a_rule_that_matches_once_in_decades_at_sub_daily_frequency_is_cut_off() -> None:
+    # February 29 on a Monday at 13:30, as an hourly-spaced SECONDLY rule: dateutil walks
+    # every period between matches. The expansion stops at Limits.max_seconds.
+    rule = "FREQ=SECONDLY;INTERVAL=3600;BYMONTH=2;BYMONTHDAY=29;BYDAY=MO;BYHOUR=13;BYMINUTE=30"
+    with pytest.raises(InvalidSchedule) as caught:
+        compile_schedule(
+            START.replace(hour=13, minute=30), rrule=rule, limits=Limits(max_seconds=0.3)
+        )
+    assert caught.value.field == "rrule"
+    assert "too expensive" in caught.value.reason
+
+
+def test_exdates_need_a_rule() -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        compile_schedule(START, exdates=(START,))
+    assert caught.value.field == "exdates"
