@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,53 +30,21 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from reminder_api.app import create_app
-from reminder_core.profiles import LocalProfileSource
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from tests.conftest import table_counts, utc
-
-# 2029-06-01 12:00Z is 08:00 EDT in New York and 14:00 CEST in Paris.
-NOW = utc(2029, 6, 1, 12, 0, 0)
-PROBLEM_JSON = "application/problem+json"  # RFC 9457 §6.1 media type registration
-URL = "/v1/reminders"
-
-TokenFor = Callable[[str], str]
-
-
-class Clock:
-    """A settable clock: returns `now` until a test moves it."""
-
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(NOW)
-
-
-def build_app(settings: Settings, db: Engine, clock: Callable[[], datetime]) -> FastAPI:
-    return create_app(
-        settings, db, LocalProfileSource(settings.effective_profiles_file), clock=clock
-    )
-
-
-@pytest.fixture
-def client(db: Engine, settings: Settings, clock: Clock) -> Iterator[TestClient]:
-    with TestClient(build_app(settings, db, clock)) as c:
-        yield c
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+from tests.integration.api_support import (
+    NOW,
+    PROBLEM_JSON,
+    URL,
+    Clock,
+    TokenFor,
+    bearer,
+    build_app,
+)
 
 
 def instant(value: str) -> datetime:

@@ -30,65 +30,34 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, time, timedelta
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from reminder_api.app import create_app
-from reminder_core.profiles import LocalProfileSource
 from reminder_core.settings import Settings
 from tests.conftest import table_counts, utc
+from tests.integration.api_support import (
+    NOW,
+    PROBLEM_JSON,
+    URL,
+    Clock,
+    TokenFor,
+    bearer,
+    build_app,
+)
 
-NOW = utc(2029, 6, 1, 12, 0, 0)
-PROBLEM_JSON = "application/problem+json"  # RFC 9457 §6.1
-URL = "/v1/reminders"
 PREVIEW = "/v1/occurrences:preview"
 NY = "America/New_York"
-
-TokenFor = Callable[[str], str]
-
-
-class Clock:
-    """A settable clock: returns `now` until a test moves it."""
-
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(NOW)
-
-
-def build_app(settings: Settings, db: Engine, clock: Callable[[], datetime]) -> FastAPI:
-    return create_app(
-        settings, db, LocalProfileSource(settings.effective_profiles_file), clock=clock
-    )
-
-
-@pytest.fixture
-def client(db: Engine, settings: Settings, clock: Clock) -> Iterator[TestClient]:
-    with TestClient(build_app(settings, db, clock)) as c:
-        yield c
 
 
 @pytest.fixture
 def alice(token_for: TokenFor) -> dict[str, str]:
     return bearer(token_for("alice"))
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def instant(value: str | None) -> datetime | None:
