@@ -6,7 +6,10 @@
   to are recorded `failed` ("abandoned").
 - Dead-lettered messages: the occurrence is recorded `failed`, a recurring reminder moves
   to its next occurrence and a one-time one becomes `failed`. The message stays in the
-  dead-letter queue for `reminders dlq list|replay|purge`.
+  dead-letter queue for `reminders dlq list|replay|purge`. A dead letter whose occurrence
+  a worker is still sending under a live lease is a duplicate of the message that worker
+  holds: it is recorded only once the lease has ended (by then usually as a no-op, the
+  occurrence being `sent`), never by overwriting the live `sending` row.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class Maintenance:
         claim_timeout_s: a claim older than this is re-driven (> the longest retry
             horizon: max receives x (visibility timeout + backoff)).
         abandon_after_s: an unheld `sending` row older than this may be abandoned.
+        lease_s: DELIVERY_LEASE_S; a `sending` row locked more recently is held by a live
+            worker.
         batch_size: most rows of each kind per tick.
     """
 
@@ -52,6 +57,7 @@ class Maintenance:
         schedule_config: ScheduleConfig,
         claim_timeout_s: float,
         abandon_after_s: float,
+        lease_s: float = 120.0,
         batch_size: int = 500,
     ) -> None:
         self._engine = engine
@@ -60,6 +66,7 @@ class Maintenance:
         self.schedule_config = schedule_config
         self.claim_timeout_s = claim_timeout_s
         self.abandon_after_s = abandon_after_s
+        self.lease_s = lease_s
         self.batch_size = batch_size
 
     def run_once(self, now: datetime) -> TickResult:
@@ -107,14 +114,15 @@ class Maintenance:
         return len(rows)
 
     def record_dead_letters(self, now: datetime) -> int:
-        """Record each new dead letter's occurrence as failed and move its reminder on."""
+        """Record each new dead letter's occurrence as failed and move its reminder on;
+        returns how many were recorded (those held by a live lease wait for a later tick)."""
         letters = self._queue.dead_letters(limit=self.batch_size, unrecorded_only=True)
-        for letter in letters:
-            self._record(letter, now)
-        self._queue.mark_dead_letters_recorded([d.message_id for d in letters], now=now)
-        return len(letters)
+        recorded = [d.message_id for d in letters if self._record(d, now)]
+        self._queue.mark_dead_letters_recorded(recorded, now=now)
+        return len(recorded)
 
-    def _record(self, letter: DeadLetter, now: datetime) -> None:
+    def _record(self, letter: DeadLetter, now: datetime) -> bool:
+        """Record one dead letter; False when its occurrence is held by a live lease."""
         body = letter.body
         try:
             reminder_id = uuid.UUID(str(body["reminder_id"]))
@@ -122,11 +130,27 @@ class Maintenance:
             user_id = str(body["user_id"])
         except (KeyError, ValueError, TypeError):
             log.error("dead letter %s has a malformed body: %r", letter.message_id, body)
-            return
+            return True
         error = f"dead-lettered after {letter.receive_count} receives"
         profile = self._profiles.get(user_id)
         with self._engine.begin() as conn:
-            conn.execute(
+            held = conn.execute(
+                query("delivery_held_live"),
+                {
+                    "reminder_id": reminder_id,
+                    "run_time_utc": run_time,
+                    "lease_cutoff": now - timedelta(seconds=self.lease_s),
+                },
+            ).first()
+            if held is not None:
+                log.info(
+                    "dead letter %s: %s/%s is being sent under a live lease; not recorded yet",
+                    letter.message_id,
+                    reminder_id,
+                    run_time.isoformat(),
+                )
+                return False
+            failed = conn.execute(
                 query("fail_dead_letter"),
                 {
                     "reminder_id": reminder_id,
@@ -135,7 +159,7 @@ class Maintenance:
                     "error": error,
                     "now": now,
                 },
-            )
+            ).rowcount
             chosen = (
                 conn.execute(
                     query("fail_chosen_after"),
@@ -164,4 +188,13 @@ class Maintenance:
                 now=now,
                 config=self.schedule_config,
             )
-        log.error("occurrence %s/%s failed: %s", reminder_id, run_time.isoformat(), error)
+        if failed or chosen:
+            log.error("occurrence %s/%s failed: %s", reminder_id, run_time.isoformat(), error)
+        else:
+            log.info(
+                "dead letter %s: %s/%s already ended; nothing to record",
+                letter.message_id,
+                reminder_id,
+                run_time.isoformat(),
+            )
+        return True

@@ -18,6 +18,7 @@ def build(rt: Runtime) -> Maintenance:
         schedule_config=ScheduleConfig.from_settings(s),
         claim_timeout_s=s.claim_timeout_s,
         abandon_after_s=s.abandon_after_s,
+        lease_s=s.delivery_lease_s,
     )
 
 

@@ -122,7 +122,9 @@ class Sender:
 
     While a message is being worked on, a heartbeat thread extends its visibility timeout
     and the lease of its delivery row every `visibility_timeout_s / 3` seconds, so a slow
-    send is neither taken over nor dead-lettered (DESIGN §4.3).
+    send is neither taken over nor dead-lettered (DESIGN §4.3). The messages of the batch
+    still waiting behind it are extended too: otherwise they would be received again by
+    other senders and burn receives toward the dead-letter queue without being attempted.
     """
 
     name = "sender"
@@ -173,17 +175,24 @@ class Sender:
             now=now, max_messages=self.batch_size, visibility_timeout_s=self.visibility_timeout_s
         )
         counts: dict[str, int] = {}
-        for i, message in enumerate(messages):
-            if self._stop.is_set():
-                for left in messages[i:]:
-                    self._queue.change_visibility(
-                        left.receipt_handle, now=self._clock(), timeout_s=0
-                    )
-                counts["released"] = len(messages) - i
-                break
-            with self._tracking(message):
-                outcome = self.handle(message, self._clock())
-            counts[outcome.value] = counts.get(outcome.value, 0) + 1
+        # The whole batch is held from the receive on: the heartbeat extends the messages
+        # waiting behind a slow send too, so they are not received again (by this or
+        # another sender) and do not burn receives toward the dead-letter queue.
+        with self._tracking(messages):
+            for i, message in enumerate(messages):
+                if self._stop.is_set():
+                    self._untrack(messages[i:])
+                    for left in messages[i:]:
+                        self._queue.change_visibility(
+                            left.receipt_handle, now=self._clock(), timeout_s=0
+                        )
+                    counts["released"] = len(messages) - i
+                    break
+                try:
+                    outcome = self.handle(message, self._clock())
+                finally:
+                    self._untrack([message])
+                counts[outcome.value] = counts.get(outcome.value, 0) + 1
         return TickResult(
             processed=len(messages), more=len(messages) >= self.batch_size, counts=counts
         )
@@ -191,13 +200,20 @@ class Sender:
     # --- heartbeat -----------------------------------------------------------------
 
     @contextmanager
-    def _tracking(self, message: Message) -> Iterator[None]:
+    def _tracking(self, messages: list[Message]) -> Iterator[None]:
+        """Hold `messages` (heartbeat extends them) until each is untracked or the block
+        ends (an error mid-batch: the rest come back after their visibility timeout)."""
         with self._inflight_lock:
-            self._inflight[message.receipt_handle] = None
+            for message in messages:
+                self._inflight[message.receipt_handle] = None
         try:
             yield
         finally:
-            with self._inflight_lock:
+            self._untrack(messages)
+
+    def _untrack(self, messages: list[Message]) -> None:
+        with self._inflight_lock:
+            for message in messages:
                 self._inflight.pop(message.receipt_handle, None)
 
     def _hold(self, message: Message, delivery_id: uuid.UUID, lease_token: uuid.UUID) -> None:

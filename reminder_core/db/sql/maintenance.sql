@@ -46,6 +46,17 @@ FROM stale
 WHERE d.id = stale.id
 RETURNING d.id;
 
+-- name: delivery_held_live
+-- A dead letter's occurrence (or a later one a sender chose for it under the misfire
+-- policy) that a worker is still sending under a live lease: the dead letter is only a
+-- duplicate of the message that worker holds, so nothing is recorded yet (the row is
+-- locked so that the check and the recording agree).
+SELECT id
+FROM delivery_log
+WHERE reminder_id = :reminder_id AND run_time_utc >= :run_time_utc
+  AND status = 'sending' AND locked_at > :lease_cutoff
+FOR UPDATE;
+
 -- name: fail_dead_letter
 -- A dead-lettered occurrence (and any later occurrence of the same reminder a sender had
 -- chosen for it under the misfire policy) ends `failed`.
