@@ -275,6 +275,7 @@ class Sender:
             return self._retry_later(message, None, None, exc)
 
         lease_token = uuid.uuid4()
+        busy_for: float | None = None
         chosen: datetime | None = None
         delivery_id: uuid.UUID | None = None
         with self._engine.begin() as conn:
@@ -352,6 +353,15 @@ class Sender:
                         ).scalar_one_or_none()
                         if status == DeliveryStatus.SENDING:
                             outcome = Outcome.BUSY
+                            busy_for = conn.execute(
+                                query("delivery_lease_left"),
+                                {
+                                    "reminder_id": occ.reminder_id,
+                                    "run_time_utc": chosen,
+                                    "lease_s": self.lease_s,
+                                    "now": now,
+                                },
+                            ).scalar_one_or_none()
                         else:
                             # Already terminal, yet the reminder still points here (e.g.
                             # re-driven after a crash): move it on instead of looping.
@@ -365,7 +375,14 @@ class Sender:
                         delivery_id = taken.id
                         outcome = Outcome.SENT  # provisional: we hold the lease
         if outcome is not Outcome.SENT:
-            if outcome is not Outcome.BUSY:
+            if outcome is Outcome.BUSY:
+                # Another worker holds the occurrence: come back when its lease ends (not
+                # at every visibility timeout, which would burn receives toward the DLQ).
+                if busy_for is not None:
+                    self._queue.change_visibility(
+                        message.receipt_handle, now=now, timeout_s=float(busy_for) + 1
+                    )
+            else:
                 self._queue.delete([message.receipt_handle])
             SENDS.labels(provider=self._provider.name, outcome=outcome.value).inc()
             return outcome
@@ -472,12 +489,17 @@ class Sender:
             return Outcome.FAILED
 
         sent_at = self._clock()
-        self._complete(
+        recorded = self._complete(
             occ, chosen, zone, delivery_id, lease_token, attempts=attempts,
             status=DeliveryStatus.SENT, recipient=recipient, sent_at=sent_at,
             provider=receipt.provider, provider_message_id=receipt.provider_message_id,
         )  # fmt: skip
         self._queue.delete([message.receipt_handle])
+        if not recorded:
+            # The provider took it (same key as the holder's), but the row belongs to
+            # another worker now: that worker records the outcome.
+            SENDS.labels(provider=receipt.provider, outcome=Outcome.BUSY.value).inc()
+            return Outcome.BUSY
         DELIVERY_LAG.observe(max(0.0, (sent_at - chosen).total_seconds()))
         SENDS.labels(provider=receipt.provider, outcome=Outcome.SENT.value).inc()
         log.info("sent %s to %s via %s", key, recipient, receipt.provider)
@@ -539,8 +561,9 @@ class Sender:
         sent_at: datetime | None = None,
         provider: str | None = None,
         provider_message_id: str | None = None,
-    ) -> None:
-        """Complete the delivery row and move the reminder on, in one transaction."""
+    ) -> bool:
+        """Complete the delivery row and move the reminder on, in one transaction; False
+        when the row is no longer ours (fenced out: nothing changed)."""
         now = self._clock()
         with self._engine.begin() as conn:
             done = conn.execute(
@@ -560,17 +583,19 @@ class Sender:
             ).rowcount
             if not done:
                 log.warning(
-                    "lease on %s/%s was taken over; leaving it to the new holder",
+                    "%s/%s is no longer ours (lease taken over, or the row was ended); "
+                    "its current holder records the outcome",
                     occ.reminder_id,
                     chosen.isoformat(),
                 )
-                return
+                return False
             self._advance(
                 conn, occ, zone, after=chosen, sent=status is DeliveryStatus.SENT,
                 error=error, now=now,
             )  # fmt: skip
             if occ.replay and status is DeliveryStatus.SENT:
                 conn.execute(query("reminder_replayed_sent"), {"id": occ.reminder_id, "now": now})
+        return True
 
     def _advance(
         self,

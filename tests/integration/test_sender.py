@@ -254,7 +254,8 @@ def test_completion_is_fenced_by_the_lease_token(db, queue, settings) -> None:
             return super().send(email, idempotency_key=idempotency_key)
 
     hijack = Hijack(settings.effective_mail_dir)
-    assert make_sender(db, queue, settings, hijack).handle(msg, NOW) == Outcome.SENT
+    # The stale worker reports the occurrence as someone else's, not as sent by it.
+    assert make_sender(db, queue, settings, hijack).handle(msg, NOW) == Outcome.BUSY
     assert taken_over.is_set()
     row = one(
         db,
@@ -329,3 +330,31 @@ def test_malformed_message_is_dropped(db, queue, settings, provider) -> None:
     sender = make_sender(db, queue, settings, provider)
     assert sender.run_once(NOW).counts == {"dropped": 1}
     assert queue.depth(now=NOW + timedelta(hours=1)).not_visible == 0
+
+
+def test_a_busy_occurrence_comes_back_when_the_lease_ends(db, queue, settings, provider) -> None:
+    # A duplicate message for an occurrence another worker is sending is hidden until that
+    # worker's lease (lease_s = 60) ends, instead of coming back at every visibility
+    # timeout and burning receives toward the dead-letter queue.
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    msg = receive_one(queue)
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
+                " attempt_count, locked_at, lease_token) VALUES (:r, 'alice', :t, 'sending',"
+                " 1, :locked, gen_random_uuid())"
+            ),
+            {"r": msg.body["reminder_id"], "t": NOW, "locked": NOW},
+        )
+    at = NOW + timedelta(seconds=10)
+    assert make_sender(db, queue, settings, provider, Clock(at)).handle(msg, at) == Outcome.BUSY
+    # Hidden for the 50 s left of the lease (+1): not back after the 30 s visibility timeout.
+    assert (
+        queue.receive(now=at + timedelta(seconds=45), max_messages=1, visibility_timeout_s=30) == []
+    )
+    assert (
+        len(queue.receive(now=at + timedelta(seconds=51), max_messages=1, visibility_timeout_s=30))
+        == 1
+    )

@@ -37,6 +37,12 @@ RETURNING id, attempt_count;
 -- name: delivery_status
 SELECT status FROM delivery_log WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc;
 
+-- name: delivery_lease_left
+-- Seconds until the lease on a `sending` row ends (NULL when nobody holds it).
+SELECT greatest(0, extract(epoch FROM locked_at + make_interval(secs => :lease_s) - :now))
+FROM delivery_log
+WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc AND status = 'sending';
+
 -- name: delivery_record_terminal
 -- Record an occurrence that ends without a provider call (cancelled, superseded); an
 -- existing row (e.g. already `sent`) is left as it is.
