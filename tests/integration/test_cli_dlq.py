@@ -1,0 +1,107 @@
+"""`reminders dlq list|replay|purge` and `reminders token` as a user runs them (typer's
+CliRunner, real database)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import Engine, text
+from typer.testing import CliRunner
+
+from reminder_core.settings import Settings
+from reminder_core.tokens import verify_token
+from reminders.cli import app
+
+
+@pytest.fixture
+def env(settings: Settings, database_url: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": database_url,
+        "JWT_SECRET": settings.jwt_secret or "",
+        "QUEUE_URL": "postgres://reminders",
+    }
+
+
+def dead_letter(db: Engine, reminder_id: str, run_time: datetime) -> int:
+    with db.begin() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "INSERT INTO queue_messages (queue_name, body, visible_at, receive_count,"
+                    " dead_lettered, dead_lettered_at) VALUES ('reminders', CAST(:b AS jsonb),"
+                    " :t, 5, true, :t) RETURNING id"
+                ),
+                {
+                    "b": f'{{"reminder_id": "{reminder_id}", "user_id": "alice",'
+                    f' "run_time_utc": "{run_time.isoformat()}", "version": 1}}',
+                    "t": run_time,
+                },
+            ).scalar_one()
+        )
+
+
+def test_dlq_list_replay_and_purge(db: Engine, env: dict[str, str]) -> None:
+    run_time = datetime(2030, 1, 1, 9, tzinfo=UTC)
+    with db.begin() as conn:
+        rid = str(
+            conn.execute(
+                text(
+                    "INSERT INTO reminders (user_id, title, start_local, timezone, status)"
+                    " VALUES ('alice', 't', '2030-01-01T09:00', 'UTC', 'failed') RETURNING id"
+                )
+            ).scalar_one()
+        )
+        conn.execute(
+            text(
+                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status)"
+                " VALUES (:r, 'alice', :t, 'failed')"
+            ),
+            {"r": rid, "t": run_time},
+        )
+    first = dead_letter(db, rid, run_time)
+    second = dead_letter(db, rid, run_time)
+    runner = CliRunner()
+
+    listed = runner.invoke(app, ["dlq", "list"], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert rid[:8] in listed.output
+    assert str(first) in listed.output
+
+    replayed = runner.invoke(app, ["dlq", "replay", "--id", str(first)], env=env)
+    assert replayed.exit_code == 0, replayed.output
+    assert "redriven: 1" in replayed.output
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT status FROM delivery_log")).scalar_one() == "sending"
+        body = conn.execute(
+            text("SELECT body FROM queue_messages WHERE id = :i AND NOT dead_lettered"),
+            {"i": first},
+        ).scalar_one()
+    assert body["replay"] is True
+
+    missing = runner.invoke(app, ["dlq", "replay", "--id", "999999"], env=env)
+    assert missing.exit_code == 1
+    assert "not found: 1" in missing.output
+
+    refused = runner.invoke(app, ["dlq", "purge"], env=env)
+    assert refused.exit_code == 2
+    purged = runner.invoke(app, ["dlq", "purge", "--all"], env=env)
+    assert purged.exit_code == 0, purged.output
+    assert "purged: 1" in purged.output  # the second letter; the first was redriven
+    with db.connect() as conn:
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM queue_messages WHERE id = :i"), {"i": second}
+            ).scalar_one()
+            == 0
+        )
+
+
+def test_token_command_mints_a_token_the_api_accepts(settings: Settings) -> None:
+    env = {"JWT_SECRET": settings.jwt_secret or ""}
+    result = CliRunner().invoke(app, ["token", "--user", "alice"], env=env)
+    assert result.exit_code == 0, result.output
+    token = result.output.strip()
+    assert verify_token(token, key=settings.jwt_key(), settings=settings) == "alice"
+    empty = CliRunner().invoke(app, ["token", "--user", ""], env=env)
+    assert empty.exit_code == 2
