@@ -705,11 +705,13 @@ def test_slow_provider_burns_no_receives_and_dead_letters_nothing(rig: Rig) -> N
 def test_duplicate_dead_lettered_during_a_slow_send_does_not_fail_it(rig: Rig) -> None:
     """A send that takes 10 s (fake provider latency) while the claim reaper re-drives the
     reminder (CLAIM_TIMEOUT_S=2): the coordinator publishes duplicate messages, which the
-    other sender finds held by a live lease (busy) until they are dead-lettered
-    (MAX_RECEIVE_COUNT=3). The dead letters are duplicates of the message being worked
-    on; the occurrence is delivered once and recorded `sent`, not `failed` (DESIGN §4.3:
-    only the holder of the lease completes the row; §4.4: one terminal state, the true
-    one)."""
+    other sender finds held by a live lease (busy). They wait out the lease rather than
+    burn receives, but may still reach the dead-letter queue (MAX_RECEIVE_COUNT=3) while
+    the send runs; either way they are duplicates of the message being worked on and the
+    occurrence is delivered once and recorded `sent`, not `failed` (DESIGN §4.3: only the
+    holder of the lease completes the row; §4.4: one terminal state, the true one). The
+    maintenance guard for a dead letter under a live lease is also tested
+    deterministically in tests/integration/test_faults.py."""
     rig.configure(
         MAX_RECEIVE_COUNT="3",
         VISIBILITY_TIMEOUT_S="1",
@@ -736,7 +738,6 @@ def test_duplicate_dead_lettered_during_a_slow_send_does_not_fail_it(rig: Rig) -
                 ).scalar_one()
             )
         time.sleep(0.1)
-    assert dead_letter_during_send  # the race under test did happen
     figures = assert_each_sent_once(rig, due)
     assert figures["calls"] == dict.fromkeys(figures["expected_keys"], 1)
     final = progress(rig.engine)
@@ -744,5 +745,6 @@ def test_duplicate_dead_lettered_during_a_slow_send_does_not_fail_it(rig: Rig) -
         "dead letter during a slow send",
         messages_published=final.messages_published,
         dead_letters=final.dead_letters,
+        dead_letter_during_send=dead_letter_during_send,
         provider_calls=sum(figures["calls"].values()),
     )

@@ -300,3 +300,40 @@ def test_reapers_redrive_stuck_claims_and_fail_orphaned_sending_rows(db, queue, 
     assert (first.status, first.next_run_utc) == ("pending", now - timedelta(hours=1))
     assert row.status == "failed"
     assert "abandoned" in row.error
+
+
+def test_a_dead_letter_is_not_recorded_while_its_occurrence_is_sent_under_a_live_lease(
+    db, queue, settings
+) -> None:
+    # A duplicate message dead-lettered while another worker still sends the occurrence
+    # must not turn that live `sending` row into `failed` (the send would then succeed
+    # with its completion refused). It is recorded once the lease has ended.
+    now = datetime(2030, 1, 1, 9, tzinfo=UTC)
+    insert_due_reminders(db, 1, next_run_utc=now)
+    claim(db, queue, now)
+    (msg,) = queue.receive(now=now, max_messages=1, visibility_timeout_s=30)
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
+                " locked_at, lease_token) VALUES (:r, 'alice', :t, 'sending', :t,"
+                " gen_random_uuid())"
+            ),
+            {"r": msg.body["reminder_id"], "t": now},
+        )
+        conn.execute(
+            text("UPDATE queue_messages SET dead_lettered = true, dead_lettered_at = :t"),
+            {"t": now},
+        )
+    maintenance = Maintenance(
+        db, queue, LocalProfileSource(settings.effective_profiles_file),
+        schedule_config=ScheduleConfig.from_settings(settings),
+        claim_timeout_s=900, abandon_after_s=900, lease_s=60,
+    )  # fmt: skip
+    assert maintenance.record_dead_letters(now + timedelta(seconds=10)) == 0
+    assert delivery(db)[0] == "sending"
+    # The holder finishes; after the lease the dead letter is recorded as a no-op.
+    with db.begin() as conn:
+        conn.execute(text("UPDATE delivery_log SET status = 'sent', sent_at = :t"), {"t": now})
+    assert maintenance.record_dead_letters(now + timedelta(seconds=61)) == 1
+    assert delivery(db)[0] == "sent"
