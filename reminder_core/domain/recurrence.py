@@ -68,8 +68,8 @@ _MAX_YEAR = 9999  # datetime.MAXYEAR, where python-dateutil stops searching
 # L - 14h in UTC, which bounds how far shifted or doubled readings can reorder.
 _MAX_OFFSET = timedelta(hours=14)
 _MAX_NEGATIVE_OFFSET = timedelta(hours=12)
-# Re-anchor this far before the local reading of `after`: more than any offset change
-# between two instants a day apart (Pacific/Apia skipped a whole day, +24h, in 2011).
+# Largest re-anchoring margin: more than any offset change between two instants a day
+# apart (Pacific/Apia skipped a whole day, +24h, in 2011). Each zone uses its own spread.
 _ANCHOR_MARGIN = timedelta(hours=26)
 
 
@@ -95,6 +95,25 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+@lru_cache(maxsize=1024)
+def _anchor_margin(zone: ZoneInfo) -> timedelta:
+    """How far before the local reading of `after` expansion must start: a local time L
+    fires at L - offset(L), so any occurrence at or after `after` has L >= local(after) -
+    (largest offset - smallest offset) of the zone. Offsets are sampled weekly over
+    1900-2100 (and the margin never drops below one hour); zones with one fixed offset
+    need just the hour, Pacific/Apia (which skipped a day) about 26 hours."""
+    offsets = set()
+    moment = datetime(1900, 1, 1, tzinfo=UTC)
+    end = datetime(2100, 1, 1, tzinfo=UTC)
+    while moment < end:
+        offset = moment.astimezone(zone).utcoffset()
+        if offset is not None:
+            offsets.add(offset)
+        moment += timedelta(days=7)
+    spread = max(offsets) - min(offsets) if offsets else _ANCHOR_MARGIN
+    return min(_ANCHOR_MARGIN, spread) + timedelta(hours=1)
 
 
 class ExpansionLimitExceeded(InvalidSchedule):
@@ -443,7 +462,7 @@ def iter_occurrences(
     after_utc = after.astimezone(UTC) if after is not None else None
     target = skip_below = None
     if after_utc is not None:
-        target = after_utc.astimezone(zone).replace(tzinfo=None) - _ANCHOR_MARGIN
+        target = after_utc.astimezone(zone).replace(tzinfo=None) - _anchor_margin(zone)
         # A local time L fires at or before L + 12h (UTC): below this it cannot reach `after`.
         skip_below = (after_utc - _MAX_NEGATIVE_OFFSET).replace(tzinfo=None)
     until = rule.until.value if rule is not None and rule.until is not None else None
