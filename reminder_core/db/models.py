@@ -204,6 +204,12 @@ class QueueMessage(Base):
             postgresql_where=text("dead_lettered"),
         ),
         Index(
+            "ix_queue_messages_receipt_handle",
+            "receipt_handle",
+            unique=True,
+            postgresql_where=text("receipt_handle IS NOT NULL"),
+        ),
+        Index(
             "ix_queue_messages_dlq_unrecorded",
             "queue_name",
             "dead_lettered_at",
