@@ -97,4 +97,6 @@ def cancel(
         )
         .returning(Reminder)
     )
-    return session.scalars(stmt, execution_options={"synchronize_session": False}).one_or_none()
+    return session.scalars(
+        stmt, execution_options={"synchronize_session": False, "populate_existing": True}
+    ).one_or_none()

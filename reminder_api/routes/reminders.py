@@ -273,10 +273,21 @@ def get_reminder(
 
 @router.delete("/{reminder_id}", response_model=ReminderOut)
 def cancel_reminder(
-    reminder_id: uuid.UUID, response: Response, user_id: User, ctx: Ctx, session: Db
+    reminder_id: uuid.UUID,
+    response: Response,
+    user_id: User,
+    ctx: Ctx,
+    session: Db,
+    if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
     """Cancel the reminder: nothing more is sent (an occurrence claimed but not yet sent
-    is recorded `cancelled`). Cancelling twice is fine; a finished reminder is 409."""
+    is recorded `cancelled`). Cancelling twice is fine; a finished reminder is 409. With
+    `If-Match`, only if the reminder is still at that version (else 412)."""
+    if if_match is not None:
+        locked = repository.lock(session, user_id, reminder_id)
+        if locked is None:
+            raise NotFound(f"reminder {reminder_id} not found")
+        _check_if_match(if_match, locked)
     r = repository.cancel(session, user_id, reminder_id, ctx.clock())
     if r is None:
         current = repository.get(session, user_id, reminder_id)
@@ -404,12 +415,19 @@ def update_reminder(
 
 @router.post("/{reminder_id}/pause", response_model=ReminderOut)
 def pause_reminder(
-    reminder_id: uuid.UUID, response: Response, user_id: User, ctx: Ctx, session: Db
+    reminder_id: uuid.UUID,
+    response: Response,
+    user_id: User,
+    ctx: Ctx,
+    session: Db,
+    if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
-    """Stop sending until resumed; an occurrence claimed but not sent is not sent."""
+    """Stop sending until resumed; an occurrence claimed but not sent is not sent.
+    With `If-Match`, only if the reminder is still at that version (else 412)."""
     r = repository.lock(session, user_id, reminder_id)
     if r is None:
         raise NotFound(f"reminder {reminder_id} not found")
+    _check_if_match(if_match, r)
     if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED):
         r.status = ReminderStatus.PAUSED.value
         r.claimed_by = r.claimed_at = None
@@ -424,14 +442,21 @@ def pause_reminder(
 
 @router.post("/{reminder_id}/resume", response_model=ReminderOut)
 def resume_reminder(
-    reminder_id: uuid.UUID, response: Response, user_id: User, ctx: Ctx, session: Db
+    reminder_id: uuid.UUID,
+    response: Response,
+    user_id: User,
+    ctx: Ctx,
+    session: Db,
+    if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
     """Send again. A recurring reminder continues with its first occurrence from now
     (occurrences during the pause are not sent); a one-time reminder whose time passed
-    while paused is sent now, subject to its misfire policy."""
+    while paused is sent now, subject to its misfire policy. With `If-Match`, only if
+    the reminder is still at that version (else 412)."""
     r = repository.lock(session, user_id, reminder_id)
     if r is None:
         raise NotFound(f"reminder {reminder_id} not found")
+    _check_if_match(if_match, r)
     if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED):
         response.headers["ETag"] = etag(r)
         return to_out(r)

@@ -1757,3 +1757,27 @@ def test_an_all_day_reminder_made_timed_keeps_its_fire_time(
     assert resp.status_code == 200, resp.text
     assert resp.json()["start_local"] == "2030-07-01T09:00:00"
     assert instant(resp.json()["next_run_utc"]) == utc(2030, 7, 1, 13, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("POST", "/pause"), ("POST", "/resume"), ("DELETE", "")]
+)
+def test_state_changes_honour_if_match(
+    client: TestClient, alice: dict[str, str], method: str, path: str
+) -> None:
+    # RFC 9110 §13.1.1: a stale entity tag answers 412 and changes nothing; the current
+    # one lets the change through (new-user trial: pause ignored a stale If-Match).
+    rid = create(client, alice, recurring())["id"]
+    if path == "/resume":
+        client.post(f"{URL}/{rid}/pause", headers=alice)
+    before = client.get(f"{URL}/{rid}", headers=alice)
+    version = before.headers["ETag"]
+
+    stale = client.request(method, f"{URL}/{rid}{path}", headers={**alice, "If-Match": '"99"'})
+
+    assert stale.status_code == 412, stale.text
+    assert client.get(f"{URL}/{rid}", headers=alice).json() == before.json()
+    ok = client.request(method, f"{URL}/{rid}{path}", headers={**alice, "If-Match": version})
+    assert ok.status_code == 200, ok.text
+    expected = {"/pause": "paused", "/resume": "pending", "": "cancelled"}[path]
+    assert ok.json()["status"] == expected
