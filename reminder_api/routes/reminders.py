@@ -284,10 +284,7 @@ def cancel_reminder(
     is recorded `cancelled`). Cancelling twice is fine; a finished reminder is 409. With
     `If-Match`, only if the reminder is still at that version (else 412)."""
     if if_match is not None:
-        locked = repository.lock(session, user_id, reminder_id)
-        if locked is None:
-            raise NotFound(f"reminder {reminder_id} not found")
-        _check_if_match(if_match, locked)
+        _lock_current(session, user_id, reminder_id, if_match)
     r = repository.cancel(session, user_id, reminder_id, ctx.clock())
     if r is None:
         current = repository.get(session, user_id, reminder_id)
@@ -300,6 +297,22 @@ def cancel_reminder(
         session.commit()
     response.headers["ETag"] = etag(r)
     return to_out(r)
+
+
+def _lock_current(
+    session: Session, user_id: str, reminder_id: uuid.UUID, if_match: str | None
+) -> Reminder:
+    """The user's reminder, row-locked, at the version `If-Match` names (if given).
+
+    Raises:
+        NotFound: no such reminder for this user.
+        PreconditionFailed: If-Match names another version.
+    """
+    r = repository.lock(session, user_id, reminder_id)
+    if r is None:
+        raise NotFound(f"reminder {reminder_id} not found")
+    _check_if_match(if_match, r)
+    return r
 
 
 def _check_if_match(if_match: str | None, r: Reminder) -> None:
@@ -345,10 +358,7 @@ def update_reminder(
     for name in sorted(given & NOT_NULL):
         if getattr(payload, name) is None:
             raise InvalidInput(name, "must not be null")
-    r = repository.lock(session, user_id, reminder_id)
-    if r is None:
-        raise NotFound(f"reminder {reminder_id} not found")
-    _check_if_match(if_match, r)
+    r = _lock_current(session, user_id, reminder_id, if_match)
     if not given:
         response.headers["ETag"] = etag(r)
         return to_out(r)
@@ -424,10 +434,7 @@ def pause_reminder(
 ) -> ReminderOut:
     """Stop sending until resumed; an occurrence claimed but not sent is not sent.
     With `If-Match`, only if the reminder is still at that version (else 412)."""
-    r = repository.lock(session, user_id, reminder_id)
-    if r is None:
-        raise NotFound(f"reminder {reminder_id} not found")
-    _check_if_match(if_match, r)
+    r = _lock_current(session, user_id, reminder_id, if_match)
     if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED):
         r.status = ReminderStatus.PAUSED.value
         r.claimed_by = r.claimed_at = None
@@ -453,10 +460,7 @@ def resume_reminder(
     (occurrences during the pause are not sent); a one-time reminder whose time passed
     while paused is sent now, subject to its misfire policy. With `If-Match`, only if
     the reminder is still at that version (else 412)."""
-    r = repository.lock(session, user_id, reminder_id)
-    if r is None:
-        raise NotFound(f"reminder {reminder_id} not found")
-    _check_if_match(if_match, r)
+    r = _lock_current(session, user_id, reminder_id, if_match)
     if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED):
         response.headers["ETag"] = etag(r)
         return to_out(r)
