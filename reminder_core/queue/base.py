@@ -85,6 +85,14 @@ class Queue(Protocol):
         """Hide a received message for `timeout_s` more seconds from `now` (0: visible now)."""
         ...
 
+    def change_visibility_batch(
+        self, changes: Sequence[tuple[str, float]], *, now: datetime
+    ) -> None:
+        """Apply many visibility changes at once: (receipt handle, timeout in seconds from
+        `now`) pairs, as `change_visibility` each (SQS: ChangeMessageVisibilityBatch, 10
+        per call). A stale handle changes nothing."""
+        ...
+
     def depth(self, *, now: datetime) -> QueueDepth:
         """Return the approximate depth of the queue and its dead-letter queue."""
         ...

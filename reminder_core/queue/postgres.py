@@ -91,6 +91,22 @@ class PostgresQueue:
                 },
             )
 
+    def change_visibility_batch(
+        self, changes: Sequence[tuple[str, float]], *, now: datetime
+    ) -> None:
+        if not changes:
+            return
+        with self._engine.begin() as conn:
+            conn.execute(
+                query("queue_change_visibility_batch"),
+                {
+                    "queue": self.name,
+                    "handles": [uuid.UUID(h) for h, _ in changes],
+                    "timeouts": [float(t) for _, t in changes],
+                    "now": now,
+                },
+            )
+
     def depth(self, *, now: datetime) -> QueueDepth:
         with self._engine.connect() as conn:
             row = conn.execute(query("queue_depth"), {"queue": self.name, "now": now}).one()

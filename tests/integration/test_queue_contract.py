@@ -104,3 +104,14 @@ def test_depth_counts_visible_in_flight_and_dead(queue: Queue) -> None:
     queue.receive(now=at(0), max_messages=1, visibility_timeout_s=30)
     d = queue.depth(now=at(0))
     assert (d.visible, d.not_visible, d.dead_lettered) == (1, 2, 0)
+
+
+def test_change_visibility_batch_extends_each_message(queue: Queue) -> None:
+    queue.send_batch([{"n": 1}, {"n": 2}], now=T0, delays_s=[0, 0])
+    a, b = queue.receive(now=at(0), max_messages=10, visibility_timeout_s=10)
+    # a: hidden 60 s more from t=9; b: visible again at once.
+    queue.change_visibility_batch([(a.receipt_handle, 60), (b.receipt_handle, 0)], now=at(9))
+    back = queue.receive(now=at(10), max_messages=10, visibility_timeout_s=10)
+    assert [m.body for m in back] == [b.body]
+    assert queue.receive(now=at(68), max_messages=10, visibility_timeout_s=10) == []
+    assert [m.body for m in queue.receive(now=at(69), max_messages=10, visibility_timeout_s=10)] == [a.body]

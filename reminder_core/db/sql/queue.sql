@@ -40,6 +40,13 @@ UPDATE queue_messages
 SET visible_at = :now + make_interval(secs => :timeout_s)
 WHERE queue_name = :queue AND receipt_handle = :handle AND NOT dead_lettered;
 
+-- name: queue_change_visibility_batch
+-- (receipt handle, timeout) pairs as two parallel arrays.
+UPDATE queue_messages AS q
+SET visible_at = :now + make_interval(secs => c.timeout_s)
+FROM unnest(CAST(:handles AS uuid[]), CAST(:timeouts AS float8[])) AS c(handle, timeout_s)
+WHERE q.queue_name = :queue AND q.receipt_handle = c.handle AND NOT q.dead_lettered;
+
 -- name: queue_depth
 SELECT
     count(*) FILTER (WHERE NOT dead_lettered AND visible_at <= :now) AS visible,
