@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -21,7 +24,7 @@ from reminder_core.scheduling import ScheduleConfig, build_schedule, zone_for
 log = logging.getLogger(__name__)
 
 
-def schedule_of_row(row: Row[Any], config: ScheduleConfig) -> Schedule:
+def schedule_of_row(row: Row[Any] | SimpleNamespace, config: ScheduleConfig) -> Schedule:
     """The Schedule of a reminders row (needs start_local, all_day, rrule, exdates,
     dst_nonexistent, dst_ambiguous). Raises InvalidSchedule for a rule that the current
     limits refuse."""
@@ -72,6 +75,69 @@ def record_terminal(
     return bool(result.rowcount)
 
 
+@dataclass(frozen=True, slots=True)
+class Advance:
+    """A reminder to move past one occurrence (see `advance_reminder` for the rules).
+
+    Attributes:
+        reminder_id: the reminder.
+        occurrence_utc: aware UTC; the occurrence the reminder currently points at.
+        zone: zone to compute the next occurrence in (None: unknown).
+        after: aware UTC; the next occurrence is the first strictly after this.
+        sent: whether the occurrence was delivered.
+        error: recorded as last_error (None clears it).
+    """
+
+    reminder_id: uuid.UUID
+    occurrence_utc: datetime
+    zone: ZoneInfo | None
+    after: datetime
+    sent: bool
+    error: str | None
+
+
+def decide_advance(
+    current: Row[Any] | SimpleNamespace, advance: Advance, config: ScheduleConfig
+) -> tuple[ReminderStatus, datetime | None, str | None] | None:
+    """Where a reminder goes after `advance`: (status, next_run_utc, last_error), or None
+    when a user change (cancel, pause, reschedule) already moved it (DESIGN §4.5).
+
+    Args:
+        current: the reminder row as locked now (reminders_lock_for_advance columns).
+        advance: the occurrence just handled.
+        config: recurrence limits.
+
+    Pure: computes the next occurrence (RFC 5545 §3.3.10 via domain.recurrence), no I/O.
+    """
+    if current.next_run_utc != advance.occurrence_utc or current.status not in (
+        ReminderStatus.CLAIMED,
+        ReminderStatus.PENDING,
+    ):
+        return None
+    next_run: datetime | None = None
+    broken: str | None = None  # the schedule itself cannot be computed any more
+    if current.rrule is not None:
+        if advance.zone is None:
+            broken = "cannot compute the next occurrence: no time zone is known"
+        else:
+            try:
+                next_run = next_occurrence(
+                    schedule_of_row(current, config),
+                    advance.zone,
+                    advance.after,
+                    limits=config.limits,
+                )
+            except InvalidSchedule as exc:
+                broken = f"cannot compute the next occurrence: {exc}"
+    if next_run is not None:
+        status = ReminderStatus.PENDING
+    elif broken is not None or (current.rrule is None and not advance.sent):
+        status = ReminderStatus.FAILED
+    else:
+        status = ReminderStatus.COMPLETED  # one-time sent, or the rule has ended
+    return status, next_run, broken or advance.error
+
+
 def advance_reminder(
     conn: Connection,
     *,
@@ -98,30 +164,14 @@ def advance_reminder(
         The new status, or None when nothing changed.
     """
     current = conn.execute(query("reminder_lock_for_advance"), {"id": reminder_id}).one_or_none()
-    if (
-        current is None
-        or current.next_run_utc != occurrence_utc
-        or current.status not in (ReminderStatus.CLAIMED, ReminderStatus.PENDING)
-    ):
+    if current is None:
         return None
-    next_run: datetime | None = None
-    broken: str | None = None  # the schedule itself cannot be computed any more
-    if current.rrule is not None:
-        if zone is None:
-            broken = "cannot compute the next occurrence: no time zone is known"
-        else:
-            try:
-                next_run = next_occurrence(
-                    schedule_of_row(current, config), zone, after, limits=config.limits
-                )
-            except InvalidSchedule as exc:
-                broken = f"cannot compute the next occurrence: {exc}"
-    if next_run is not None:
-        status = ReminderStatus.PENDING
-    elif broken is not None or (current.rrule is None and not sent):
-        status = ReminderStatus.FAILED
-    else:
-        status = ReminderStatus.COMPLETED  # one-time sent, or the rule has ended
+    decided = decide_advance(
+        current, Advance(reminder_id, occurrence_utc, zone, after, sent, error), config
+    )
+    if decided is None:
+        return None
+    status, next_run, last_error = decided
     conn.execute(
         query("reminder_finish_occurrence"),
         {
@@ -129,8 +179,68 @@ def advance_reminder(
             "run_time_utc": occurrence_utc,
             "status": status.value,
             "next_run_utc": next_run,
-            "last_error": broken or error,
+            "last_error": last_error,
             "now": now,
         },
     )
     return status
+
+
+def advance_reminders(
+    conn: Connection, advances: Sequence[Advance], *, now: datetime, config: ScheduleConfig
+) -> dict[uuid.UUID, ReminderStatus]:
+    """`advance_reminder` for many reminders: one locking read (in id order) and one
+    update for the whole set, in the caller's transaction.
+
+    A reminder named more than once is advanced once per entry, in order, each from the
+    state the previous one left.
+
+    Returns:
+        reminder id -> new status, for the reminders that changed.
+    """
+    if not advances:
+        return {}
+    ids = sorted({a.reminder_id for a in advances})
+    rows: dict[uuid.UUID, Row[Any] | SimpleNamespace] = {
+        r.id: r for r in conn.execute(query("reminders_lock_for_advance"), {"ids": ids})
+    }
+    final: dict[uuid.UUID, tuple[datetime, ReminderStatus, datetime | None, str | None]] = {}
+    for advance in advances:
+        current = rows.get(advance.reminder_id)
+        if current is None:
+            continue
+        decided = decide_advance(current, advance, config)
+        if decided is None:
+            continue
+        status, next_run, last_error = decided
+        first = final.get(advance.reminder_id)
+        final[advance.reminder_id] = (
+            first[0] if first else advance.occurrence_utc,
+            status,
+            next_run,
+            last_error,
+        )
+        if len(ids) < len(advances):  # maybe named again: the next entry sees this one
+            rows[advance.reminder_id] = SimpleNamespace(
+                **{
+                    **(
+                        vars(current) if isinstance(current, SimpleNamespace) else current._asdict()
+                    ),
+                    "status": status.value,
+                    "next_run_utc": next_run,
+                }
+            )
+    if final:
+        items = list(final.items())
+        conn.execute(
+            query("reminders_finish_occurrences"),
+            {
+                "ids": [k for k, _ in items],
+                "run_times": [v[0] for _, v in items],
+                "statuses": [v[1].value for _, v in items],
+                "next_runs": [v[2] for _, v in items],
+                "errors": [v[3] for _, v in items],
+                "now": now,
+            },
+        )
+    return {k: v[1] for k, v in final.items()}

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,13 +16,14 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Engine, Row
-from tenacity import Retrying, retry_if_exception_type
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from reminder_core.clock import utcnow
 from reminder_core.db.queries import query
 from reminder_core.delivery import (
+    Advance,
     advance_reminder,
-    record_terminal,
+    advance_reminders,
     schedule_of_row,
     zone_or_none,
 )
@@ -40,7 +43,7 @@ from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.queue import Message, Queue
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.worker.loop import TickResult
-from sender.providers.base import OutgoingEmail, Provider
+from sender.providers.base import OutgoingEmail, Provider, SendReceipt
 from sender.render import Renderer
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,7 @@ class Outcome(StrEnum):
     MISSED = "missed"  # too late under the misfire policy; recorded, not sent
     BUSY = "busy"  # another worker holds a live lease on the occurrence
     DROPPED = "dropped"  # malformed message or unknown reminder
+    RELEASED = "released"  # shutting down: handed back to the queue unattempted
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,15 +99,54 @@ class Occurrence:
             raise ValueError(f"malformed message body: {exc!r}") from exc
 
 
+@dataclass(slots=True)
+class _Work:
+    """One received message on its way through a batch (see `Sender.run_once`)."""
+
+    message: Message
+    occ: Occurrence | None = None
+    outcome: Outcome | None = None  # decided; None while still in play
+    profile: Profile | None = None
+    reminder: Row[Any] | None = None
+    zone: ZoneInfo | None = None
+    chosen: datetime | None = None  # the occurrence to send (misfire plan)
+    lease_token: uuid.UUID | None = None
+    delivery_id: uuid.UUID | None = None
+    # visibility change instead of a delete (BUSY, RETRY, released), seconds from now
+    hide_for_s: float | None = None
+    # outcome of the send
+    attempts: int = 0
+    receipt: SendReceipt | None = None
+    recipient: str | None = None
+    sent_at: datetime | None = None
+    error: Exception | None = None
+
+    @property
+    def key(self) -> str:
+        assert self.occ is not None
+        assert self.chosen is not None
+        return idempotency_key(self.occ.reminder_id, self.chosen)
+
+
 class Sender:
     """Receives occurrences and delivers each at most once per idempotency key.
 
-    Per message (DESIGN §4): re-read the reminder (a cancel, pause or reschedule wins);
-    apply the misfire policy to what is already due (record older occurrences `missed`);
-    insert the unique delivery row as `sending` with a lease, or take over an expired one;
-    render at send time; call the provider outside any transaction; complete the row
-    (fenced by the lease token) and move the reminder to its next occurrence, computed in
-    the zone in force now, in one transaction; then delete the message.
+    A received batch goes through three set-based steps (DESIGN §4), so the database work
+    per message is a few array elements, not a few round trips:
+
+    1. **Begin** (one transaction): re-read the batch's reminders (a cancel, pause or
+       reschedule wins and is recorded `cancelled`); apply the misfire policy to what is
+       already due (older occurrences recorded `missed`); insert each occurrence's unique
+       delivery row as `sending` with a lease, or take over an expired one. An occurrence
+       that is already terminal is a duplicate; one under another worker's live lease is
+       busy and comes back when that lease ends.
+    2. **Send**, outside any transaction: render at send time and call the provider, with
+       in-process retries of transient errors (tenacity: full-jitter backoff, Retry-After
+       honoured, bounded by the delivery budget). Up to `concurrency` sends run at once.
+    3. **Complete** (one transaction): complete every delivery row, each fenced by its
+       own lease token, move each reminder to its next occurrence (computed in the zone in
+       force now), give back the leases of transient failures; then delete the finished
+       messages and hide the retried ones for their backoff, one call each.
 
     Args:
         engine: database engine.
@@ -116,15 +159,16 @@ class Sender:
         lease_s: a `sending` row older than this is taken over by the next receiver.
         schedule_config: recurrence limits and the all-day fire time.
         retry: in-process retries of transient provider errors (DESIGN §4.6).
-        stop: set on shutdown: messages not started are handed back, retry waits end.
-        batch_size: messages per receive (<= 10, as SQS).
+        stop: set on shutdown: sends not started are handed back, retry waits end.
+        batch_size: messages per receive.
+        concurrency: provider calls in flight at once (threads); 1 sends one by one.
         clock: current time for instants taken after a send (sent_at); aware UTC.
 
-    While a message is being worked on, a heartbeat thread extends its visibility timeout
-    and the lease of its delivery row every `visibility_timeout_s / 3` seconds, so a slow
-    send is neither taken over nor dead-lettered (DESIGN §4.3). The messages of the batch
-    still waiting behind it are extended too: otherwise they would be received again by
-    other senders and burn receives toward the dead-letter queue without being attempted.
+    While a batch is being worked on, a heartbeat thread extends the visibility timeout of
+    every message of the batch and the lease of every delivery row held, every
+    `visibility_timeout_s / 3` seconds, so a slow send is neither taken over nor
+    dead-lettered, and the messages waiting behind it are not received again by other
+    senders (DESIGN §4.3).
     """
 
     name = "sender"
@@ -144,6 +188,7 @@ class Sender:
         retry: RetryPolicy | None = None,
         stop: threading.Event | None = None,
         batch_size: int = 10,
+        concurrency: int = 1,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._engine = engine
@@ -156,6 +201,7 @@ class Sender:
         self.lease_s = lease_s
         self.schedule_config = schedule_config
         self.batch_size = batch_size
+        self.concurrency = max(1, concurrency)
         self.retry = retry or RetryPolicy()
         self._stop = stop or threading.Event()
         self._clock = clock
@@ -163,39 +209,494 @@ class Sender:
         self._inflight_lock = threading.Lock()
         self._heartbeat: threading.Thread | None = None
         self._heartbeat_stop = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+
+    # --- the batch -------------------------------------------------------------------
 
     def run_once(self, now: datetime) -> TickResult:
-        """Receive one batch and handle each message; returns counts per outcome.
+        """Receive one batch and handle it; returns counts per outcome.
 
-        On shutdown (the stop event), messages not yet started are handed back to the
-        queue at once (visibility 0) instead of waiting out their visibility timeout.
+        On shutdown (the stop event), messages whose send has not started are handed back
+        to the queue at once (visibility 0, counted `released`) instead of waiting out
+        their visibility timeout.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError / InfrastructureError: the database or queue failed;
+                the batch's messages come back after their visibility timeout (a send that
+                already happened is repeated with the same idempotency key).
         """
         self._ensure_heartbeat()
         messages = self._queue.receive(
             now=now, max_messages=self.batch_size, visibility_timeout_s=self.visibility_timeout_s
         )
         counts: dict[str, int] = {}
-        # The whole batch is held from the receive on: the heartbeat extends the messages
-        # waiting behind a slow send too, so they are not received again (by this or
-        # another sender) and do not burn receives toward the dead-letter queue.
-        with self._tracking(messages):
-            for i, message in enumerate(messages):
-                if self._stop.is_set():
-                    self._untrack(messages[i:])
-                    for left in messages[i:]:
-                        self._queue.change_visibility(
-                            left.receipt_handle, now=self._clock(), timeout_s=0
-                        )
-                    counts["released"] = len(messages) - i
-                    break
-                try:
-                    outcome = self.handle(message, self._clock())
-                finally:
-                    self._untrack([message])
-                counts[outcome.value] = counts.get(outcome.value, 0) + 1
+        if messages:
+            for work in self._process(messages, now):
+                assert work.outcome is not None
+                counts[work.outcome.value] = counts.get(work.outcome.value, 0) + 1
         return TickResult(
             processed=len(messages), more=len(messages) >= self.batch_size, counts=counts
         )
+
+    def handle(self, message: Message, now: datetime) -> Outcome:
+        """Handle one received message as a batch of one; returns its outcome."""
+        (work,) = self._process([message], now)
+        assert work.outcome is not None
+        return work.outcome
+
+    def _process(self, messages: list[Message], now: datetime) -> list[_Work]:
+        works = [_Work(message=m) for m in messages]
+        with self._tracking(messages):
+            if self._stop.is_set():
+                for w in works:
+                    w.outcome, w.hide_for_s = Outcome.RELEASED, 0.0
+            else:
+                self._parse(works)
+                self._load_profiles(works)
+                self._begin(works, now)
+                self._send_all([w for w in works if w.outcome is None])
+                self._complete(works)
+            self._settle(works)
+        return works
+
+    def _parse(self, works: list[_Work]) -> None:
+        seen: set[tuple[uuid.UUID, datetime]] = set()
+        for w in works:
+            try:
+                w.occ = Occurrence.from_body(w.message.body)
+            except ValueError:
+                log.error("dropping malformed message %s: %r", w.message.message_id, w.message.body)
+                w.outcome = Outcome.DROPPED
+                continue
+            key = (w.occ.reminder_id, w.occ.run_time_utc)
+            if key in seen:
+                # The same occurrence twice in one batch (a republished outbox row): the
+                # first copy carries it to the end, retries included.
+                w.outcome = Outcome.DUPLICATE
+            seen.add(key)
+
+    def _load_profiles(self, works: list[_Work]) -> None:
+        cache: dict[str, Profile | InfrastructureError | None] = {}
+        for w in works:
+            if w.outcome is not None:
+                continue
+            assert w.occ is not None
+            user_id = w.occ.user_id
+            if user_id not in cache:
+                try:
+                    cache[user_id] = self._profiles.get(user_id)
+                except InfrastructureError as exc:
+                    cache[user_id] = exc
+            found = cache[user_id]
+            if isinstance(found, InfrastructureError):
+                self._to_retry(w, found)
+            else:
+                w.profile = found
+
+    # --- step 1: begin -----------------------------------------------------------------
+
+    def _begin(self, works: list[_Work], now: datetime) -> None:
+        live = [w for w in works if w.outcome is None]
+        if not live:
+            return
+        terminal: list[tuple[_Work | None, uuid.UUID, str, datetime, DeliveryStatus, str]] = []
+        begin: list[_Work] = []
+        with self._engine.begin() as conn:
+            ids = list({w.occ.reminder_id for w in live if w.occ is not None})
+            reminders = {r.id: r for r in conn.execute(query("reminders_for_send"), {"ids": ids})}
+            for w in live:
+                occ = w.occ
+                assert occ is not None
+                reminder = w.reminder = reminders.get(occ.reminder_id)
+                if reminder is None:
+                    log.error("dropping message for unknown reminder %s", occ.reminder_id)
+                    w.outcome = Outcome.DROPPED
+                elif occ.replay and reminder.status in (
+                    ReminderStatus.CANCELLED,
+                    ReminderStatus.PAUSED,
+                ):
+                    conn.execute(
+                        query("delivery_cancel_replay"),
+                        {
+                            "reminder_id": occ.reminder_id,
+                            "run_time_utc": occ.run_time_utc,
+                            "error": f"replay skipped: reminder is {reminder.status}",
+                            "now": now,
+                        },
+                    )
+                    w.outcome = Outcome.CANCELLED
+                elif not occ.replay and not _still_due(reminder, occ):
+                    # Outcome decided below: CANCELLED when this records the occurrence,
+                    # DUPLICATE when it already has a row (e.g. `sent` by the first copy).
+                    terminal.append(
+                        (w, occ.reminder_id, occ.user_id, occ.run_time_utc,
+                         DeliveryStatus.CANCELLED, f"superseded: reminder is {reminder.status}")
+                    )  # fmt: skip
+                else:
+                    w.zone = zone_or_none(reminder.timezone, w.profile)
+                    plan = (
+                        MisfirePlan(send=occ.run_time_utc, missed=())
+                        if occ.replay  # a replay sends exactly the occurrence it names
+                        else self._plan(conn, reminder, occ, w.zone, now)
+                    )
+                    for missed in plan.missed:
+                        terminal.append(
+                            (None, occ.reminder_id, occ.user_id, missed, DeliveryStatus.MISSED,
+                             f"missed: {(now - missed).total_seconds():.0f} s late, "
+                             f"misfire policy {reminder.misfire_policy}")
+                        )  # fmt: skip
+                    w.chosen = plan.send
+                    if w.chosen is None:
+                        advance_reminder(
+                            conn, reminder_id=occ.reminder_id, occurrence_utc=occ.run_time_utc,
+                            zone=w.zone, after=now, sent=True, error=None, now=now,
+                            config=self.schedule_config,
+                        )  # fmt: skip
+                        w.outcome = Outcome.MISSED
+                    else:
+                        begin.append(w)
+            if terminal:
+                terminal.sort(key=lambda t: (t[1], t[3]))
+                recorded = {
+                    (r.reminder_id, r.run_time_utc)
+                    for r in conn.execute(
+                        query("delivery_record_terminal_batch"),
+                        {
+                            "reminder_ids": [t[1] for t in terminal],
+                            "user_ids": [t[2] for t in terminal],
+                            "run_times": [t[3] for t in terminal],
+                            "statuses": [t[4].value for t in terminal],
+                            "errors": [t[5] for t in terminal],
+                            "now": now,
+                        },
+                    )
+                }
+                for w_or_none, reminder_id, _, run_time, _, _ in terminal:
+                    if w_or_none is not None:
+                        w_or_none.outcome = (
+                            Outcome.CANCELLED
+                            if (reminder_id, run_time) in recorded
+                            else Outcome.DUPLICATE
+                        )
+            if begin:
+                self._take(conn, begin, now)
+        for w in begin:
+            if w.delivery_id is not None:
+                assert w.lease_token is not None
+                self._hold(w.message, w.delivery_id, w.lease_token)
+
+    def _take(self, conn: Connection, begin: list[_Work], now: datetime) -> None:
+        """Insert (or take over) the delivery rows of `begin` as `sending` under fresh
+        lease tokens; decide BUSY / DUPLICATE for the ones that could not be taken."""
+        begin.sort(key=lambda w: (w.occ.reminder_id, w.chosen))  # type: ignore[union-attr]
+        seen: set[tuple[uuid.UUID, datetime]] = set()
+        batch: list[_Work] = []
+        for w in begin:
+            assert w.occ is not None
+            assert w.chosen is not None
+            key = (w.occ.reminder_id, w.chosen)
+            if key in seen:  # two messages chose one occurrence: the first carries it
+                w.outcome = Outcome.DUPLICATE
+                continue
+            seen.add(key)
+            w.lease_token = uuid.uuid4()
+            batch.append(w)
+        taken = {
+            r.lease_token: r.id
+            for r in conn.execute(
+                query("delivery_begin_batch"),
+                {
+                    "reminder_ids": [w.occ.reminder_id for w in batch],  # type: ignore[union-attr]
+                    "user_ids": [w.reminder.user_id for w in batch],  # type: ignore[union-attr]
+                    "run_times": [w.chosen for w in batch],
+                    "lease_tokens": [w.lease_token for w in batch],
+                    "now": now,
+                    "lease_expired_before": now - timedelta(seconds=self.lease_s),
+                },
+            )
+        }
+        for w in batch:
+            w.delivery_id = taken.get(w.lease_token)
+            if w.delivery_id is None:
+                self._not_taken(conn, w, now)
+
+    def _not_taken(self, conn: Connection, w: _Work, now: datetime) -> None:
+        """The occurrence is held by another worker (BUSY) or already terminal."""
+        assert w.occ is not None
+        assert w.chosen is not None
+        params = {"reminder_id": w.occ.reminder_id, "run_time_utc": w.chosen}
+        status = conn.execute(query("delivery_status"), params).scalar_one_or_none()
+        if status == DeliveryStatus.SENDING:
+            # Come back when the holder's lease ends (not at every visibility timeout,
+            # which would burn receives toward the dead-letter queue).
+            left = conn.execute(
+                query("delivery_lease_left"), {**params, "lease_s": self.lease_s, "now": now}
+            ).scalar_one_or_none()
+            w.outcome = Outcome.BUSY
+            w.hide_for_s = float(left) + 1 if left is not None else None
+            return
+        # Already terminal, yet the reminder still points here (e.g. re-driven after a
+        # crash): move it on instead of looping.
+        w.outcome = Outcome.DUPLICATE
+        advance_reminder(
+            conn, reminder_id=w.occ.reminder_id, occurrence_utc=w.occ.run_time_utc,
+            zone=w.zone, after=w.chosen, error=None, now=now, config=self.schedule_config,
+            sent=status in (DeliveryStatus.SENT, DeliveryStatus.BOUNCED,
+                            DeliveryStatus.COMPLAINED),
+        )  # fmt: skip
+
+    def _plan(
+        self,
+        conn: Connection,
+        reminder: Row[Any],
+        occ: Occurrence,
+        zone: ZoneInfo | None,
+        now: datetime,
+    ) -> MisfirePlan:
+        """Which due occurrence to send now, and which to record as missed."""
+        due = [occ.run_time_utc]
+        if reminder.rrule is not None and zone is not None and now > occ.run_time_utc:
+            try:
+                due += occurrences_between(
+                    schedule_of_row(reminder, self.schedule_config),
+                    zone,
+                    occ.run_time_utc,
+                    now,
+                    limits=self.schedule_config.limits,
+                )
+            except InvalidSchedule as exc:
+                log.warning("cannot list due occurrences of %s: %s", occ.reminder_id, exc)
+        if len(due) > 1:
+            in_flight = conn.execute(
+                query("delivery_in_flight"),
+                {"reminder_id": occ.reminder_id, "from_utc": occ.run_time_utc},
+            ).scalar_one_or_none()
+            if in_flight is not None and in_flight in due:
+                # An earlier attempt already chose this one: keep it (its row is `sending`).
+                return MisfirePlan(send=in_flight, missed=tuple(d for d in due if d < in_flight))
+        return plan_misfire(
+            reminder.misfire_policy, due, now=now, max_lateness_s=reminder.max_lateness_s
+        )
+
+    # --- step 2: send ------------------------------------------------------------------
+
+    def _send_all(self, works: list[_Work]) -> None:
+        if self.concurrency == 1 or len(works) <= 1:
+            for w in works:
+                self._send(w)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=self.concurrency, thread_name_prefix=f"{self.name}-send"
+            )
+        for future in [self._pool.submit(self._send, w) for w in works]:
+            future.result()
+
+    def _send(self, w: _Work) -> None:
+        """Render and send one occurrence, retrying transient errors in process. Records
+        the result on `w`; never raises."""
+        assert w.occ is not None
+        assert w.reminder is not None
+        assert w.chosen is not None
+        if self._stop.is_set():
+            w.outcome, w.hide_for_s = Outcome.RELEASED, 0.0
+            return
+        reminder = w.reminder
+        try:
+            if w.profile is None:
+                raise PermanentDeliveryError(f"no profile for user {reminder.user_id!r}")
+            if w.zone is None:
+                raise PermanentDeliveryError(f"unknown time zone {reminder.timezone!r}")
+            w.recipient = w.profile.email
+            rendered = self._renderer.render(
+                reminder.template,
+                reminder_id=str(reminder.id),
+                title=reminder.title,
+                body=reminder.body,
+                run_time_utc=w.chosen,
+                timezone=w.zone.key,
+            )
+            email = OutgoingEmail(
+                to=w.profile.email,
+                sender=self.mail_from,
+                subject=rendered.subject,
+                text=rendered.text,
+                html=rendered.html,
+            )
+            key = w.key
+            started = time.monotonic()
+            failed: list[TransientDeliveryError] = []
+            try:
+                w.attempts += 1
+                w.receipt = self._provider.send(email, idempotency_key=key)
+            except TransientDeliveryError as first:
+                failed.append(first)
+            if failed:
+                # The retry loop starts only after a failure (building it costs more than
+                # an in-process send); its first attempt re-raises that failure, so
+                # tenacity sees the same attempts, waits and stop as for a plain loop.
+                for attempt in self._retrying(started):
+                    with attempt:
+                        if failed:
+                            raise failed.pop()
+                        w.attempts += 1
+                        w.receipt = self._provider.send(email, idempotency_key=key)
+            w.sent_at = self._clock()
+            w.outcome = Outcome.SENT
+        except (TransientDeliveryError, InfrastructureError) as exc:
+            self._to_retry(w, exc)
+        except ShutdownRequested:
+            w.outcome, w.hide_for_s = Outcome.RETRY, 0.0
+            w.error = RuntimeError("shutting down")
+        except PermanentDeliveryError as exc:
+            w.outcome, w.error = Outcome.FAILED, exc
+            log.error("permanent failure for %s: %s", w.key, exc)
+        except Exception as exc:
+            # A defect, not a provider answer: treat it as transient so that the message
+            # comes back (and ends in the dead-letter queue if it keeps failing) while the
+            # rest of the batch is completed.
+            log.exception("unexpected error sending %s", w.key)
+            self._to_retry(w, exc)
+
+    def _retrying(self, started: float) -> Retrying:
+        """tenacity's loop for one send whose first call started at `started`
+        (time.monotonic()): the delivery budget counts from there."""
+        policy = self.retry
+
+        def from_first_call(state: RetryCallState) -> None:
+            state.start_time = started
+
+        return Retrying(
+            before=from_first_call,
+            retry=retry_if_exception_type(TransientDeliveryError),
+            stop=lambda state: should_stop(policy, state),
+            wait=lambda state: next_wait_s(policy, state),
+            sleep=self._sleep,
+            reraise=True,
+        )
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait between retries; a shutdown ends the wait (ShutdownRequested)."""
+        if self._stop.wait(seconds):
+            raise ShutdownRequested
+
+    def _to_retry(self, w: _Work, exc: Exception) -> None:
+        """Hide the message for a backoff (Retry-After wins); the next receive retries it,
+        up to the queue's maximum receive count (then the DLQ)."""
+        retry_after = getattr(exc, "retry_after_s", None)
+        w.outcome, w.error = Outcome.RETRY, exc
+        w.hide_for_s = requeue_delay_s(self.retry, w.message.receive_count, retry_after)
+        log.warning(
+            "transient failure for %s, retry in %.0fs: %s", w.message.body, w.hide_for_s, exc
+        )
+
+    # --- step 3: complete ----------------------------------------------------------------
+
+    def _complete(self, works: list[_Work]) -> None:
+        """Complete the delivery rows (fenced) and move the reminders on, in one
+        transaction; give back the leases of the retried ones."""
+        held = [w for w in works if w.delivery_id is not None]
+        if not held:
+            return
+        done = [w for w in held if w.outcome in (Outcome.SENT, Outcome.FAILED)]
+        back = [w for w in held if w.outcome in (Outcome.RETRY, Outcome.RELEASED)]
+        now = self._clock()
+        with self._engine.begin() as conn:
+            if done:
+                completed = set(
+                    conn.execute(
+                        query("delivery_complete_batch"),
+                        {
+                            "ids": [w.delivery_id for w in done],
+                            "lease_tokens": [w.lease_token for w in done],
+                            "statuses": [
+                                DeliveryStatus.SENT.value
+                                if w.outcome is Outcome.SENT
+                                else DeliveryStatus.FAILED.value
+                                for w in done
+                            ],
+                            "sent_ats": [w.sent_at for w in done],
+                            "providers": [w.receipt.provider if w.receipt else None for w in done],
+                            "provider_message_ids": [
+                                w.receipt.provider_message_id if w.receipt else None for w in done
+                            ],
+                            "recipients": [w.recipient for w in done],
+                            "errors": [str(w.error) if w.error else None for w in done],
+                            "attempts": [w.attempts for w in done],
+                            "now": now,
+                        },
+                    ).scalars()
+                )
+                advances: list[Advance] = []
+                for w in done:
+                    assert w.occ is not None
+                    assert w.chosen is not None
+                    if w.delivery_id not in completed:
+                        # The provider took it (same key as the holder's), but the row
+                        # belongs to another worker now: that worker records the outcome.
+                        log.warning(
+                            "%s is no longer ours (lease taken over, or the row was ended); "
+                            "its current holder records the outcome",
+                            w.key,
+                        )
+                        w.outcome = Outcome.BUSY
+                        continue
+                    advances.append(
+                        Advance(
+                            reminder_id=w.occ.reminder_id,
+                            occurrence_utc=w.occ.run_time_utc,
+                            zone=w.zone,
+                            after=w.chosen,
+                            sent=w.outcome is Outcome.SENT,
+                            error=str(w.error) if w.error else None,
+                        )
+                    )
+                    if w.occ.replay and w.outcome is Outcome.SENT:
+                        conn.execute(
+                            query("reminder_replayed_sent"), {"id": w.occ.reminder_id, "now": now}
+                        )
+                advance_reminders(conn, advances, now=now, config=self.schedule_config)
+            if back:
+                conn.execute(
+                    query("delivery_release_batch"),
+                    {
+                        "ids": [w.delivery_id for w in back],
+                        "lease_tokens": [w.lease_token for w in back],
+                        "errors": [str(w.error or "shutting down") for w in back],
+                        "attempts": [w.attempts for w in back],
+                        "now": now,
+                    },
+                )
+
+    def _settle(self, works: list[_Work]) -> None:
+        """Delete the finished messages, hide the others for their backoff; metrics."""
+        now = self._clock()
+        delete: list[str] = []
+        hide: list[tuple[str, float]] = []
+        outcomes: dict[tuple[str, str], int] = {}
+        for w in works:
+            assert w.outcome is not None
+            handle = w.message.receipt_handle
+            if w.outcome in (Outcome.RETRY, Outcome.RELEASED, Outcome.BUSY) and (
+                w.outcome is not Outcome.BUSY or w.receipt is None
+            ):
+                if w.hide_for_s is not None:
+                    hide.append((handle, w.hide_for_s))
+            else:
+                delete.append(handle)
+            provider = w.receipt.provider if w.receipt else self._provider.name
+            outcomes[(provider, w.outcome.value)] = outcomes.get((provider, w.outcome.value), 0) + 1
+            if w.outcome is Outcome.SENT:
+                assert w.sent_at is not None
+                assert w.chosen is not None
+                DELIVERY_LAG.observe(max(0.0, (w.sent_at - w.chosen).total_seconds()))
+                log.info("sent %s to %s via %s", w.key, w.recipient, provider)
+        self._untrack([w.message for w in works])
+        self._queue.delete(delete)
+        if hide:
+            self._queue.change_visibility_batch(hide, now=now)
+        for (provider, outcome), n in outcomes.items():
+            SENDS.labels(provider=provider, outcome=outcome).inc(n)
 
     # --- heartbeat -----------------------------------------------------------------
 
@@ -238,387 +739,33 @@ class Sender:
 
     def heartbeat(self, now: datetime) -> int:
         """Extend the visibility timeout of every message in flight and the lease of its
-        delivery row; returns how many messages were extended."""
+        delivery row (one call and one statement for all); returns how many messages were
+        extended."""
         with self._inflight_lock:
             held = list(self._inflight.items())
-        for handle, lease in held:
-            self._queue.change_visibility(handle, now=now, timeout_s=self.visibility_timeout_s)
-            if lease is not None:
-                with self._engine.begin() as conn:
-                    conn.execute(
-                        query("delivery_heartbeat"),
-                        {"id": lease[0], "lease_token": lease[1], "now": now},
-                    )
+        if not held:
+            return 0
+        self._queue.change_visibility_batch(
+            [(handle, self.visibility_timeout_s) for handle, _ in held], now=now
+        )
+        leases = [lease for _, lease in held if lease is not None]
+        if leases:
+            with self._engine.begin() as conn:
+                conn.execute(
+                    query("delivery_heartbeat_batch"),
+                    {
+                        "ids": [i for i, _ in leases],
+                        "lease_tokens": [t for _, t in leases],
+                        "now": now,
+                    },
+                )
         return len(held)
 
     def close(self) -> None:
-        """Stop the heartbeat thread."""
+        """Stop the heartbeat thread and the send threads."""
         self._heartbeat_stop.set()
-
-    def handle(self, message: Message, now: datetime) -> Outcome:
-        """Handle one received message; see the class docstring for the steps.
-
-        Side effects: delivery_log and reminders rows, the provider call, the message's
-        deletion or visibility change. Never raises for a per-message problem; an
-        infrastructure error (database down) propagates and the message comes back after
-        its visibility timeout.
-        """
-        try:
-            occ = Occurrence.from_body(message.body)
-        except ValueError:
-            log.error("dropping malformed message %s: %r", message.message_id, message.body)
-            self._queue.delete([message.receipt_handle])
-            return Outcome.DROPPED
-        try:
-            profile = self._profiles.get(occ.user_id)
-        except InfrastructureError as exc:
-            return self._retry_later(message, None, None, exc)
-
-        lease_token = uuid.uuid4()
-        busy_for: float | None = None
-        chosen: datetime | None = None
-        delivery_id: uuid.UUID | None = None
-        with self._engine.begin() as conn:
-            reminder = conn.execute(
-                query("reminder_for_send"), {"reminder_id": occ.reminder_id}
-            ).one_or_none()
-            if reminder is None:
-                log.error("dropping message for unknown reminder %s", occ.reminder_id)
-                outcome = Outcome.DROPPED
-            elif occ.replay and reminder.status in (
-                ReminderStatus.CANCELLED,
-                ReminderStatus.PAUSED,
-            ):
-                conn.execute(
-                    query("delivery_cancel_replay"),
-                    {
-                        "reminder_id": occ.reminder_id,
-                        "run_time_utc": occ.run_time_utc,
-                        "error": f"replay skipped: reminder is {reminder.status}",
-                        "now": now,
-                    },
-                )
-                outcome = Outcome.CANCELLED
-            elif not occ.replay and not _still_due(reminder, occ):
-                recorded = record_terminal(
-                    conn,
-                    reminder_id=occ.reminder_id,
-                    user_id=occ.user_id,
-                    run_time_utc=occ.run_time_utc,
-                    status=DeliveryStatus.CANCELLED,
-                    error=f"superseded: reminder is {reminder.status}",
-                    now=now,
-                )
-                # No row recorded: the occurrence already has one (e.g. `sent`, and this
-                # message is a duplicate of the one that sent it).
-                outcome = Outcome.CANCELLED if recorded else Outcome.DUPLICATE
-            else:
-                zone = zone_or_none(reminder.timezone, profile)
-                plan = (
-                    MisfirePlan(send=occ.run_time_utc, missed=())
-                    if occ.replay  # a replay sends exactly the occurrence it names
-                    else self._plan(conn, reminder, occ, zone, now)
-                )
-                for missed in plan.missed:
-                    record_terminal(
-                        conn,
-                        reminder_id=occ.reminder_id,
-                        user_id=occ.user_id,
-                        run_time_utc=missed,
-                        status=DeliveryStatus.MISSED,
-                        error=f"missed: {(now - missed).total_seconds():.0f} s late, "
-                        f"misfire policy {reminder.misfire_policy}",
-                        now=now,
-                    )
-                chosen = plan.send
-                if chosen is None:
-                    self._advance(conn, occ, zone, after=now, sent=True, error=None, now=now)
-                    outcome = Outcome.MISSED
-                else:
-                    taken = conn.execute(
-                        query("delivery_begin"),
-                        {
-                            "reminder_id": occ.reminder_id,
-                            "user_id": reminder.user_id,
-                            "run_time_utc": chosen,
-                            "now": now,
-                            "lease_token": lease_token,
-                            "lease_expired_before": now - timedelta(seconds=self.lease_s),
-                        },
-                    ).one_or_none()
-                    if taken is None:
-                        status = conn.execute(
-                            query("delivery_status"),
-                            {"reminder_id": occ.reminder_id, "run_time_utc": chosen},
-                        ).scalar_one_or_none()
-                        if status == DeliveryStatus.SENDING:
-                            outcome = Outcome.BUSY
-                            busy_for = conn.execute(
-                                query("delivery_lease_left"),
-                                {
-                                    "reminder_id": occ.reminder_id,
-                                    "run_time_utc": chosen,
-                                    "lease_s": self.lease_s,
-                                    "now": now,
-                                },
-                            ).scalar_one_or_none()
-                        else:
-                            # Already terminal, yet the reminder still points here (e.g.
-                            # re-driven after a crash): move it on instead of looping.
-                            outcome = Outcome.DUPLICATE
-                            self._advance(
-                                conn, occ, zone, after=chosen, error=None, now=now,
-                                sent=status in (DeliveryStatus.SENT, DeliveryStatus.BOUNCED,
-                                                DeliveryStatus.COMPLAINED),
-                            )  # fmt: skip
-                    else:
-                        delivery_id = taken.id
-                        outcome = Outcome.SENT  # provisional: we hold the lease
-        if outcome is not Outcome.SENT:
-            if outcome is Outcome.BUSY:
-                # Another worker holds the occurrence: come back when its lease ends (not
-                # at every visibility timeout, which would burn receives toward the DLQ).
-                if busy_for is not None:
-                    self._queue.change_visibility(
-                        message.receipt_handle, now=now, timeout_s=float(busy_for) + 1
-                    )
-            else:
-                self._queue.delete([message.receipt_handle])
-            SENDS.labels(provider=self._provider.name, outcome=outcome.value).inc()
-            return outcome
-        assert reminder is not None
-        assert chosen is not None
-        assert delivery_id is not None
-        return self._deliver(message, occ, reminder, profile, chosen, delivery_id, lease_token)
-
-    def _plan(
-        self,
-        conn: Connection,
-        reminder: Row[Any],
-        occ: Occurrence,
-        zone: ZoneInfo | None,
-        now: datetime,
-    ) -> MisfirePlan:
-        """Which due occurrence to send now, and which to record as missed."""
-        in_flight = conn.execute(
-            query("delivery_in_flight"),
-            {"reminder_id": occ.reminder_id, "from_utc": occ.run_time_utc},
-        ).scalar_one_or_none()
-        due = [occ.run_time_utc]
-        if reminder.rrule is not None and zone is not None and now > occ.run_time_utc:
-            try:
-                due += occurrences_between(
-                    schedule_of_row(reminder, self.schedule_config),
-                    zone,
-                    occ.run_time_utc,
-                    now,
-                    limits=self.schedule_config.limits,
-                )
-            except InvalidSchedule as exc:
-                log.warning("cannot list due occurrences of %s: %s", occ.reminder_id, exc)
-        if in_flight is not None and in_flight in due:
-            # An earlier attempt already chose this one: keep it (its row is `sending`).
-            return MisfirePlan(send=in_flight, missed=tuple(d for d in due if d < in_flight))
-        return plan_misfire(
-            reminder.misfire_policy, due, now=now, max_lateness_s=reminder.max_lateness_s
-        )
-
-    def _deliver(
-        self,
-        message: Message,
-        occ: Occurrence,
-        reminder: Row[Any],
-        profile: Profile | None,
-        chosen: datetime,
-        delivery_id: uuid.UUID,
-        lease_token: uuid.UUID,
-    ) -> Outcome:
-        key = idempotency_key(occ.reminder_id, chosen)
-        recipient: str | None = None
-        zone = zone_or_none(reminder.timezone, profile)
-        self._hold(message, delivery_id, lease_token)
-        attempts = 0
-        try:
-            if profile is None:
-                raise PermanentDeliveryError(f"no profile for user {reminder.user_id!r}")
-            if zone is None:
-                raise PermanentDeliveryError(f"unknown time zone {reminder.timezone!r}")
-            recipient = profile.email
-            rendered = self._renderer.render(
-                reminder.template,
-                reminder_id=str(reminder.id),
-                title=reminder.title,
-                body=reminder.body,
-                run_time_utc=chosen,
-                timezone=zone.key,
-            )
-            email = OutgoingEmail(
-                to=profile.email,
-                sender=self.mail_from,
-                subject=rendered.subject,
-                text=rendered.text,
-                html=rendered.html,
-            )
-            policy = self.retry
-            retrying = Retrying(
-                retry=retry_if_exception_type(TransientDeliveryError),
-                stop=lambda state: should_stop(policy, state),
-                wait=lambda state: next_wait_s(policy, state),
-                sleep=self._sleep,
-                reraise=True,
-            )
-            for attempt in retrying:
-                with attempt:
-                    attempts += 1
-                    receipt = self._provider.send(email, idempotency_key=key)
-        except (TransientDeliveryError, InfrastructureError) as exc:
-            return self._retry_later(message, delivery_id, lease_token, exc, attempts)
-        except ShutdownRequested:
-            return self._retry_later(
-                message, delivery_id, lease_token, RuntimeError("shutting down"), attempts,
-                delay_s=0,
-            )  # fmt: skip
-        except PermanentDeliveryError as exc:
-            self._complete(
-                occ, chosen, zone, delivery_id, lease_token, attempts=attempts,
-                status=DeliveryStatus.FAILED, recipient=recipient, error=str(exc),
-            )  # fmt: skip
-            self._queue.delete([message.receipt_handle])
-            log.error("permanent failure for %s: %s", key, exc)
-            SENDS.labels(provider=self._provider.name, outcome=Outcome.FAILED.value).inc()
-            return Outcome.FAILED
-
-        sent_at = self._clock()
-        recorded = self._complete(
-            occ, chosen, zone, delivery_id, lease_token, attempts=attempts,
-            status=DeliveryStatus.SENT, recipient=recipient, sent_at=sent_at,
-            provider=receipt.provider, provider_message_id=receipt.provider_message_id,
-        )  # fmt: skip
-        self._queue.delete([message.receipt_handle])
-        if not recorded:
-            # The provider took it (same key as the holder's), but the row belongs to
-            # another worker now: that worker records the outcome.
-            SENDS.labels(provider=receipt.provider, outcome=Outcome.BUSY.value).inc()
-            return Outcome.BUSY
-        DELIVERY_LAG.observe(max(0.0, (sent_at - chosen).total_seconds()))
-        SENDS.labels(provider=receipt.provider, outcome=Outcome.SENT.value).inc()
-        log.info("sent %s to %s via %s", key, recipient, receipt.provider)
-        return Outcome.SENT
-
-    def _sleep(self, seconds: float) -> None:
-        """Wait between retries; a shutdown ends the wait (ShutdownRequested)."""
-        if self._stop.wait(seconds):
-            raise ShutdownRequested
-
-    def _retry_later(
-        self,
-        message: Message,
-        delivery_id: uuid.UUID | None,
-        lease_token: uuid.UUID | None,
-        exc: Exception,
-        attempts: int = 0,
-        *,
-        delay_s: float | None = None,
-    ) -> Outcome:
-        """Give the lease back and hide the message for a backoff (Retry-After wins); the
-        next receive retries it, up to the queue's maximum receive count (then the DLQ)."""
-        retry_after = getattr(exc, "retry_after_s", None)
-        delay = (
-            delay_s
-            if delay_s is not None
-            else requeue_delay_s(self.retry, message.receive_count, retry_after)
-        )
-        now = self._clock()
-        if delivery_id is not None:
-            with self._engine.begin() as conn:
-                conn.execute(
-                    query("delivery_release"),
-                    {
-                        "id": delivery_id,
-                        "lease_token": lease_token,
-                        "error": str(exc),
-                        "attempts": attempts,
-                        "now": now,
-                    },
-                )
-        self._queue.change_visibility(message.receipt_handle, now=now, timeout_s=delay)
-        log.warning("transient failure for %s, retry in %.0fs: %s", message.body, delay, exc)
-        SENDS.labels(provider=self._provider.name, outcome=Outcome.RETRY.value).inc()
-        return Outcome.RETRY
-
-    def _complete(
-        self,
-        occ: Occurrence,
-        chosen: datetime,
-        zone: ZoneInfo | None,
-        delivery_id: uuid.UUID,
-        lease_token: uuid.UUID,
-        *,
-        attempts: int,
-        status: DeliveryStatus,
-        recipient: str | None,
-        error: str | None = None,
-        sent_at: datetime | None = None,
-        provider: str | None = None,
-        provider_message_id: str | None = None,
-    ) -> bool:
-        """Complete the delivery row and move the reminder on, in one transaction; False
-        when the row is no longer ours (fenced out: nothing changed)."""
-        now = self._clock()
-        with self._engine.begin() as conn:
-            done = conn.execute(
-                query("delivery_complete"),
-                {
-                    "id": delivery_id,
-                    "lease_token": lease_token,
-                    "status": status.value,
-                    "sent_at": sent_at,
-                    "provider": provider,
-                    "provider_message_id": provider_message_id,
-                    "recipient": recipient,
-                    "error": error,
-                    "attempts": attempts,
-                    "now": now,
-                },
-            ).rowcount
-            if not done:
-                log.warning(
-                    "%s/%s is no longer ours (lease taken over, or the row was ended); "
-                    "its current holder records the outcome",
-                    occ.reminder_id,
-                    chosen.isoformat(),
-                )
-                return False
-            self._advance(
-                conn, occ, zone, after=chosen, sent=status is DeliveryStatus.SENT,
-                error=error, now=now,
-            )  # fmt: skip
-            if occ.replay and status is DeliveryStatus.SENT:
-                conn.execute(query("reminder_replayed_sent"), {"id": occ.reminder_id, "now": now})
-        return True
-
-    def _advance(
-        self,
-        conn: Connection,
-        occ: Occurrence,
-        zone: ZoneInfo | None,
-        *,
-        after: datetime,
-        sent: bool,
-        error: str | None,
-        now: datetime,
-    ) -> None:
-        advance_reminder(
-            conn,
-            reminder_id=occ.reminder_id,
-            occurrence_utc=occ.run_time_utc,
-            zone=zone,
-            after=after,
-            sent=sent,
-            error=error,
-            now=now,
-            config=self.schedule_config,
-        )
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
 
 def _still_due(reminder: Row[Any], occ: Occurrence) -> bool:

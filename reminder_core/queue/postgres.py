@@ -37,13 +37,15 @@ class PostgresQueue:
             raise ValueError("bodies and delays_s must have the same length")
         if not bodies:
             return
-        rows = [
-            {"queue": self.name, "body": json.dumps(dict(b)), "now": now, "delay_s": float(d)}
-            for b, d in zip(bodies, delays_s, strict=True)
-        ]
+        params = {
+            "queue": self.name,
+            "bodies": json.dumps([dict(b) for b in bodies]),
+            "delays_s": [float(d) for d in delays_s],
+            "now": now,
+        }
         try:
             with self._engine.begin() as conn:
-                conn.execute(query("queue_send"), rows)
+                conn.execute(query("queue_send"), params)
         except OperationalError as exc:
             raise InfrastructureError(f"queue send failed: {exc}") from exc
 

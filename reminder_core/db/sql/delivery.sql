@@ -110,3 +110,112 @@ UPDATE delivery_log
 SET status = 'cancelled', error = :error, locked_at = NULL, lease_token = NULL, updated_at = :now
 WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc AND status = 'sending'
   AND locked_at IS NULL;
+
+-- Set-based forms of the statements above, one statement per received batch. Parallel
+-- arrays are unnested WITH ORDINALITY and inserted in the caller's order (the sender
+-- sorts by key), so two senders lock the same rows in the same order and cannot deadlock.
+
+-- name: reminders_for_send
+SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
+       start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
+       max_lateness_s
+FROM reminders
+WHERE id = ANY(CAST(:ids AS uuid[]));
+
+-- name: delivery_begin_batch
+-- delivery_begin for many occurrences (keys must be distinct). Returns the rows taken;
+-- the lease token tells which request took which row.
+INSERT INTO delivery_log AS d
+    (reminder_id, user_id, run_time_utc, status, attempt_count, locked_at, lease_token,
+     created_at, updated_at)
+SELECT u.reminder_id, u.user_id, u.run_time_utc, 'sending', 0, :now, u.lease_token, :now, :now
+FROM unnest(CAST(:reminder_ids AS uuid[]), CAST(:user_ids AS text[]),
+            CAST(:run_times AS timestamptz[]), CAST(:lease_tokens AS uuid[]))
+     WITH ORDINALITY AS u(reminder_id, user_id, run_time_utc, lease_token, n)
+ORDER BY u.n
+ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
+SET locked_at = EXCLUDED.locked_at,
+    lease_token = EXCLUDED.lease_token,
+    updated_at = EXCLUDED.updated_at
+WHERE d.status = 'sending' AND (d.locked_at IS NULL OR d.locked_at <= :lease_expired_before)
+RETURNING d.id, d.lease_token;
+
+-- name: delivery_record_terminal_batch
+-- delivery_record_terminal for many occurrences; returns the rows actually inserted.
+INSERT INTO delivery_log
+    (reminder_id, user_id, run_time_utc, status, error, created_at, updated_at)
+SELECT u.reminder_id, u.user_id, u.run_time_utc, u.status, u.error, :now, :now
+FROM unnest(CAST(:reminder_ids AS uuid[]), CAST(:user_ids AS text[]),
+            CAST(:run_times AS timestamptz[]), CAST(:statuses AS text[]),
+            CAST(:errors AS text[]))
+     WITH ORDINALITY AS u(reminder_id, user_id, run_time_utc, status, error, n)
+ORDER BY u.n
+ON CONFLICT (reminder_id, run_time_utc) DO NOTHING
+RETURNING reminder_id, run_time_utc;
+
+-- name: delivery_complete_batch
+-- delivery_complete for many rows, each fenced by its own lease token; returns the ids
+-- completed (a row missing from the answer was taken over: its holder records it).
+UPDATE delivery_log AS d
+SET status = u.status,
+    sent_at = u.sent_at,
+    provider = u.provider,
+    provider_message_id = u.provider_message_id,
+    recipient = u.recipient,
+    error = u.error,
+    attempt_count = d.attempt_count + u.attempts,
+    locked_at = NULL,
+    lease_token = NULL,
+    updated_at = :now
+FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]), CAST(:statuses AS text[]),
+            CAST(:sent_ats AS timestamptz[]), CAST(:providers AS text[]),
+            CAST(:provider_message_ids AS text[]), CAST(:recipients AS text[]),
+            CAST(:errors AS text[]), CAST(:attempts AS int[]))
+     AS u(id, lease_token, status, sent_at, provider, provider_message_id, recipient, error,
+          attempts)
+WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending'
+RETURNING d.id;
+
+-- name: delivery_release_batch
+-- delivery_release for many rows.
+UPDATE delivery_log AS d
+SET locked_at = NULL,
+    lease_token = NULL,
+    error = u.error,
+    attempt_count = d.attempt_count + u.attempts,
+    updated_at = :now
+FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]), CAST(:errors AS text[]),
+            CAST(:attempts AS int[]))
+     AS u(id, lease_token, error, attempts)
+WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending';
+
+-- name: delivery_heartbeat_batch
+-- delivery_heartbeat for every row a sender holds.
+UPDATE delivery_log AS d
+SET locked_at = :now
+FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[])) AS u(id, lease_token)
+WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending';
+
+-- name: reminders_lock_for_advance
+-- reminder_lock_for_advance for many reminders, locked in id order (no deadlock between
+-- two senders advancing overlapping sets).
+SELECT id, user_id, timezone, rrule, status, next_run_utc, start_local, all_day, exdates,
+       dst_nonexistent, dst_ambiguous
+FROM reminders
+WHERE id = ANY(CAST(:ids AS uuid[]))
+ORDER BY id
+FOR UPDATE;
+
+-- name: reminders_finish_occurrences
+-- reminder_finish_occurrence for many reminders (each id once).
+UPDATE reminders AS r
+SET status = u.status,
+    next_run_utc = u.next_run_utc,
+    claimed_by = NULL,
+    claimed_at = NULL,
+    last_error = u.last_error,
+    updated_at = :now
+FROM unnest(CAST(:ids AS uuid[]), CAST(:run_times AS timestamptz[]), CAST(:statuses AS text[]),
+            CAST(:next_runs AS timestamptz[]), CAST(:errors AS text[]))
+     AS u(id, run_time_utc, status, next_run_utc, last_error)
+WHERE r.id = u.id AND r.next_run_utc = u.run_time_utc AND r.status IN ('claimed', 'pending');

@@ -2,8 +2,13 @@
 -- redrive to a dead-letter queue after :max_receive_count receives).
 
 -- name: queue_send
+-- One statement per batch: :bodies is a JSON array of message bodies, :delays_s the
+-- delay of each (seconds), in the same order; ids follow that order.
 INSERT INTO queue_messages (queue_name, body, visible_at, created_at)
-VALUES (:queue, CAST(:body AS jsonb), :now + make_interval(secs => :delay_s), :now);
+SELECT :queue, b.body, :now + make_interval(secs => d.delay_s), :now
+FROM jsonb_array_elements(CAST(:bodies AS jsonb)) WITH ORDINALITY AS b(body, n)
+JOIN unnest(CAST(:delays_s AS float8[])) WITH ORDINALITY AS d(delay_s, n) USING (n)
+ORDER BY n;
 
 -- name: queue_receive
 -- Like SQS ReceiveMessage: a visible message whose receive count already reached the
