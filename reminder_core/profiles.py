@@ -1,6 +1,6 @@
-"""User profiles (email address, timezone): the local file source used when no profile
-service URL is configured. The HTTP profile service client comes with the production
-adapters.
+"""User profiles (email address, timezone): the `ProfileSource` interface and the local
+file source used when no profile service URL is configured. The HTTP client of the profile
+service is `reminder_core.profile_service.HttpProfileSource`.
 """
 
 from __future__ import annotations

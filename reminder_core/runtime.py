@@ -11,7 +11,8 @@ from sqlalchemy import Engine
 from reminder_core.db.embedded import resolve_database_url
 from reminder_core.db.migrate import upgrade
 from reminder_core.db.session import make_engine
-from reminder_core.profiles import LocalProfileSource, ProfileSource
+from reminder_core.profile_service import HttpProfileSource, profile_source_from_settings
+from reminder_core.profiles import ProfileSource
 from reminder_core.queue import Queue, open_queue
 from reminder_core.settings import Settings
 from reminder_core.worker.loop import Service, join_loops, start_loops
@@ -31,6 +32,8 @@ class Runtime:
     profiles: ProfileSource
 
     def close(self) -> None:
+        if isinstance(self.profiles, HttpProfileSource):
+            self.profiles.close()
         self.engine.dispose()
 
 
@@ -58,7 +61,7 @@ def open_runtime(
         url, pool_size=pool_size or settings.db_pool_size, application_name=application_name
     )
     queue = open_queue(settings.queue_url, engine, max_receive_count=settings.max_receive_count)
-    profiles = LocalProfileSource(settings.effective_profiles_file)
+    profiles = profile_source_from_settings(settings)
     return Runtime(
         settings=settings, database_url=url, engine=engine, queue=queue, profiles=profiles
     )

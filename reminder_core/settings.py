@@ -48,7 +48,32 @@ class Settings(BaseSettings):
     jwt_audience: str | None = None
 
     # --- profiles ---
-    profile_service_url: str | None = None
+    profile_service_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="User profile service base URL (GET {url}/users/{id}). Unset: PROFILES_FILE.",
+    )
+    profile_service_token: str | None = Field(
+        default=None, description="Sent as `Authorization: Bearer <token>` when set."
+    )
+    profile_service_connect_timeout_s: float = Field(default=1.0, gt=0, le=60)
+    profile_service_read_timeout_s: float = Field(default=2.0, gt=0, le=60)
+    profile_service_attempts: int = Field(
+        default=3, ge=1, le=10, description="Calls per lookup on transient failures."
+    )
+    profile_service_retry_base_s: float = Field(
+        default=0.1, gt=0, le=10, description="First backoff ceiling; doubles (full jitter)."
+    )
+    profile_service_budget_s: float = Field(
+        default=5.0, gt=0, le=60, description="A lookup, retries included, ends within this."
+    )
+    profile_cache_ttl_s: float = Field(
+        default=60.0, ge=0, le=3600, description="Profiles found are reused this long (0: off)."
+    )
+    profile_cache_not_found_ttl_s: float = Field(
+        default=5.0, ge=0, le=3600, description="A 404 is reused this long (0: off)."
+    )
+    profile_cache_size: int = Field(default=10_000, ge=1, le=10_000_000)
     profiles_file: Path | None = Field(
         default=None, description="Local profile source (JSON). Unset: STATE_DIR/profiles.json."
     )
