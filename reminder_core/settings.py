@@ -150,6 +150,27 @@ class Settings(BaseSettings):
         default=None, description="Directory whose templates override the built-in ones."
     )
 
+    # --- provider failover (DESIGN §4.7) ---
+    email_provider_backup: str | None = Field(
+        default=None,
+        description="Backup provider (a name EMAIL_PROVIDER accepts, not the same one). "
+        "Set: primary and backup each behind a circuit breaker. Unset: no failover.",
+    )
+    breaker_fail_max: int = Field(
+        default=5, ge=1, le=1000, description="Consecutive failures that open a breaker."
+    )
+    breaker_reset_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="An open breaker lets one half-open probe through after this long.",
+    )
+    breaker_redis_url: str | None = Field(
+        default=None,
+        pattern=r"^(redis|rediss|unix)://",
+        description="Redis shared by every sender for the breaker state. Unset: per process.",
+    )
+
     # --- process ---
     shutdown_grace_s: float = Field(default=20.0, gt=0)
     log_level: str = "INFO"

@@ -12,18 +12,37 @@ from reminder_core.runtime import Runtime, open_runtime, run_services
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers import FileSinkProvider, Provider
+from sender.providers.failover import FailoverProvider
 from sender.providers.resend import ResendProvider
 from sender.render import Renderer
 from sender.service import Sender
 
 
 def build_provider(settings: Settings) -> Provider:
-    """The provider named by EMAIL_PROVIDER.
+    """The provider named by EMAIL_PROVIDER; when EMAIL_PROVIDER_BACKUP is set, primary
+    and backup each behind a circuit breaker (sender/providers/failover.py).
 
     Raises:
-        ValueError: a provider is configured without what it needs (e.g. an API key).
+        ValueError: a provider is unknown, configured without what it needs (e.g. an API
+            key), or named twice.
     """
-    if settings.email_provider == "resend":
+    primary = build_single_provider(settings.email_provider, settings)
+    backup_name = settings.email_provider_backup
+    if not backup_name:
+        return primary
+    if backup_name == settings.email_provider:
+        raise ValueError("EMAIL_PROVIDER_BACKUP must name another provider than EMAIL_PROVIDER")
+    backup = build_single_provider(backup_name, settings)
+    return FailoverProvider.from_settings([primary, backup], settings)
+
+
+def build_single_provider(name: str, settings: Settings) -> Provider:
+    """The provider called `name` (a value EMAIL_PROVIDER accepts), without failover.
+
+    Raises:
+        ValueError: an unknown name, or a provider configured without what it needs.
+    """
+    if name == "resend":
         if not settings.resend_api_key:
             raise ValueError("EMAIL_PROVIDER=resend needs RESEND_API_KEY")
         client = httpx.Client(
@@ -35,7 +54,9 @@ def build_provider(settings: Settings) -> Provider:
         return ResendProvider(
             client, base_url=settings.resend_api_url, api_key=settings.resend_api_key
         )
-    return FileSinkProvider(settings.effective_mail_dir)
+    if name == "file":
+        return FileSinkProvider(settings.effective_mail_dir)
+    raise ValueError(f"unknown email provider {name!r}")
 
 
 def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:

@@ -62,9 +62,10 @@ class ResendProvider:
         """POST the email; see the module docstring for the protocol.
 
         Raises:
-            TransientDeliveryError: connection failure (not taken), 408/409/425/429/5xx
+            TransientDeliveryError: connection failure (not taken), 408/425/429/5xx
                 (not taken; with Retry-After), 401/403 (operator must fix the key), or a
-                timeout/broken response after the request was sent (`ambiguous`).
+                timeout/broken response after the request was sent, or 409 (the key is
+                already known to Resend) (`ambiguous`).
             PermanentDeliveryError: any other 4xx (the message or address is invalid).
         """
         try:
@@ -101,6 +102,11 @@ class ResendProvider:
         detail = f"{self.name}: HTTP {status}: {response.text[:300]}"
         if status in RETRYABLE or status >= 500 or status in OPERATOR_ERRORS:
             raise TransientDeliveryError(
-                detail, retry_after_s=parse_retry_after(response.headers.get("retry-after"))
+                detail,
+                retry_after_s=parse_retry_after(response.headers.get("retry-after")),
+                # 409: Resend already holds this Idempotency-Key (a request with it is in
+                # progress, or had another payload): it may have the message, so a retry
+                # must stay on this provider (no failover).
+                ambiguous=status == 409,
             )
         raise PermanentDeliveryError(detail)

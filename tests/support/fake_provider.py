@@ -5,8 +5,10 @@ message id and sends nothing, as Resend documents), and injects faults on demand
 
     POST /_faults  {"faults": [{"kind": "500"}, {"kind": "429", "retry_after": 2}, ...],
                     "always": null | {"kind": ...}, "latency_s": 0}
-    kinds: "500", "429" (+ retry_after), "400", "latency" (+ seconds), "timeout"
-           (+ seconds: answer only after that long), "drop" (close without answering)
+    kinds: "500", "429" (+ retry_after), "400", any other status code such as "503"
+           (answered with that status, nothing accepted), "latency" (+ seconds),
+           "timeout" (+ seconds: answer only after that long), "drop" (close without
+           answering)
     GET  /_stats   {"accepted": n, "duplicates": n, "requests": [...]} (per request: key,
                     status, at)
     POST /_reset
@@ -113,7 +115,7 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(float(fault.get("seconds", 30)))  # type: ignore[union-attr]
         if kind == "latency":
             time.sleep(float(fault.get("seconds", 1)))  # type: ignore[union-attr]
-        if kind in ("500", "429", "400"):
+        if isinstance(kind, str) and kind.isdigit():
             status = int(kind)
             headers = {}
             if kind == "429" and fault.get("retry_after") is not None:  # type: ignore[union-attr]
@@ -137,6 +139,9 @@ class Handler(BaseHTTPRequestHandler):
 
 class FakeServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog is 5: a burst of concurrent connections
+    # beyond it has its SYNs dropped and waits out a 1 s retransmit (a connect timeout).
+    request_queue_size = 128
 
     def __init__(self, port: int = 0) -> None:
         super().__init__(("127.0.0.1", port), Handler)
@@ -148,7 +153,10 @@ class FakeProvider:
 
     def __init__(self, port: int = 0) -> None:
         self.server = FakeServer(port)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll interval: stop() waits for it (0.5 s by default).
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:

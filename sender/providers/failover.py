@@ -1,0 +1,369 @@
+"""Primary ⇄ backup provider failover, each provider behind a pybreaker circuit breaker.
+
+The rules (DESIGN §4.7, issue 5):
+
+- Providers are tried in order (primary first). A provider whose breaker is open is
+  skipped until its `reset_timeout_s` has passed; then one call per process goes through
+  as the half-open probe: a success closes the breaker and traffic returns to it, a
+  failure opens it again for another `reset_timeout_s`.
+- A call moves on to the next provider ONLY on an error that proves the provider did not
+  take the message: its breaker is open, or it raised `TransientDeliveryError` with
+  `ambiguous=False` (connection refused, 429, 5xx answered before acceptance, 401/403).
+- An ambiguous failure (`TransientDeliveryError(ambiguous=True)`: a timeout or a broken
+  answer after the request was sent) is raised to the caller, whose retry loop calls again
+  with the same idempotency key. That key is pinned to the provider that may hold the
+  message: every later attempt for it goes there, never to another provider, because the
+  backup cannot deduplicate against the primary. The pin lasts `pin_ttl_s` (default 24 h,
+  Resend's idempotency window) in a bounded TTL cache, and is dropped once that provider
+  answers (sent, or a permanent refusal).
+- A `PermanentDeliveryError` (the message or address is wrong) is raised at once: no
+  failover, and it does not count as a breaker failure (pybreaker `exclude`); the provider
+  answered, so for the breaker it is a success.
+
+Sends run concurrently: the breaker is entered with `CircuitBreaker.calling()`, which
+takes pybreaker's lock only to check and update the state, not around the send (its
+`call()` would hold the lock for the whole send and serialise every thread).
+
+Breaker state lives in memory, or in Redis (pybreaker `CircuitRedisStorage`) so that
+every sender pod shares one breaker per provider. Redis stores the opened-at instant in
+whole seconds, so a shared breaker stays open between `reset_timeout_s - 1` and
+`reset_timeout_s` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pybreaker
+from cachetools import TTLCache
+from redis import Redis
+from redis.exceptions import RedisError
+
+from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
+from reminder_core.metrics import BREAKER_STATE
+from reminder_core.settings import Settings
+from sender.providers.base import OutgoingEmail, Provider, SendReceipt
+
+log = logging.getLogger(__name__)
+
+#: Breaker states as pybreaker names them (and as the metrics label them).
+STATE_CLOSED = pybreaker.STATE_CLOSED
+STATE_OPEN = pybreaker.STATE_OPEN
+STATE_HALF_OPEN = pybreaker.STATE_HALF_OPEN
+
+
+class _StateMetrics(pybreaker.CircuitBreakerListener):
+    """Logs each breaker state change and sets the breaker-state metric."""
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+
+    def state_change(
+        self,
+        cb: pybreaker.CircuitBreaker,  # noqa: ARG002 (pybreaker's listener signature)
+        old_state: pybreaker.CircuitBreakerState | None,
+        new_state: pybreaker.CircuitBreakerState,
+    ) -> None:
+        BREAKER_STATE.labels(provider=self._provider).state(new_state.name)
+        log.warning(
+            "provider %s: circuit breaker %s -> %s",
+            self._provider,
+            old_state.name if old_state is not None else "?",
+            new_state.name,
+        )
+
+
+@dataclass(slots=True)
+class _Member:
+    """One provider, its breaker, the breaker's storage and the local probe gate."""
+
+    provider: Provider
+    breaker: pybreaker.CircuitBreaker
+    storage: pybreaker.CircuitBreakerStorage
+    reset_timeout_s: float
+    probe_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def name(self) -> str:
+        return self.provider.name
+
+    def open_for_s(self, now: datetime) -> float:
+        """Seconds until this breaker lets a probe through; 0.0 when it is not open or
+        the probe is due."""
+        if self.storage.state != STATE_OPEN:
+            return 0.0
+        opened_at = self.storage.opened_at
+        if opened_at is None:
+            return 0.0
+        return max(0.0, self.reset_timeout_s - (now - opened_at).total_seconds())
+
+
+class FailoverProvider:
+    """A `Provider` over an ordered list of providers (primary first), each behind a
+    circuit breaker; the rules are in the module docstring. Thread-safe: `send` may be
+    called from many threads at once, and sends through one breaker run in parallel.
+
+    Args:
+        providers: two or more providers, primary first; their `name`s must differ (each
+            names a breaker, a Redis namespace and the receipts it returns).
+        fail_max: consecutive failures (transient errors, ambiguous or not) that open a
+            provider's breaker (pybreaker `fail_max`, >= 1).
+        reset_timeout_s: seconds a breaker stays open before a half-open probe (> 0).
+        redis: a Redis client (bytes responses, i.e. `decode_responses=False`) to share
+            breaker state across processes; None keeps it in this process. A Redis that
+            cannot be reached when the provider is built falls back to in-process state
+            (logged); later Redis errors make pybreaker read the breaker as closed.
+        redis_namespace: prefix of the Redis keys (`<ns>:<provider>:pybreaker:state`, ...).
+        pin_ttl_s: seconds a key stays pinned to the provider of an ambiguous attempt.
+        pin_max_keys: bound on pinned keys (least recently used dropped beyond it).
+        name: this provider's own name (metric labels of the caller); the receipts name
+            the provider that actually sent.
+
+    Raises:
+        ValueError: fewer than two providers, or two with the same name.
+    """
+
+    def __init__(
+        self,
+        providers: Sequence[Provider],
+        *,
+        fail_max: int = 5,
+        reset_timeout_s: float = 30.0,
+        redis: Redis | None = None,
+        redis_namespace: str = "reminders:breaker",
+        pin_ttl_s: float = 24 * 3600.0,
+        pin_max_keys: int = 100_000,
+        name: str = "failover",
+    ) -> None:
+        names = [p.name for p in providers]
+        if len(names) < 2:
+            raise ValueError("FailoverProvider needs a primary and at least one backup")
+        if len(set(names)) != len(names):
+            raise ValueError(f"provider names must differ, got {names}")
+        if fail_max < 1 or reset_timeout_s <= 0:
+            raise ValueError("fail_max must be >= 1 and reset_timeout_s > 0")
+        self.name = name
+        self._members = [
+            self._member(p, fail_max, reset_timeout_s, redis, redis_namespace) for p in providers
+        ]
+        self._pins: TTLCache[str, str] = TTLCache(maxsize=pin_max_keys, ttl=pin_ttl_s)
+        self._pins_lock = threading.Lock()
+        for member in self._members:
+            BREAKER_STATE.labels(provider=member.name).state(member.storage.state)
+
+    @classmethod
+    def from_settings(cls, providers: Sequence[Provider], settings: Settings) -> FailoverProvider:
+        """A FailoverProvider over `providers` (primary first) configured by
+        BREAKER_FAIL_MAX, BREAKER_RESET_TIMEOUT_S and BREAKER_REDIS_URL. Side effect: with
+        a Redis URL, opens a Redis client (0.5 s socket timeouts, so a slow Redis cannot
+        stall sends) and initialises the breaker keys.
+
+        Raises:
+            ValueError: as the constructor.
+        """
+        redis = None
+        if settings.breaker_redis_url:
+            redis = Redis.from_url(
+                settings.breaker_redis_url, socket_timeout=0.5, socket_connect_timeout=0.5
+            )
+        return cls(
+            providers,
+            fail_max=settings.breaker_fail_max,
+            reset_timeout_s=settings.breaker_reset_timeout_s,
+            redis=redis,
+        )
+
+    @staticmethod
+    def _member(
+        provider: Provider,
+        fail_max: int,
+        reset_timeout_s: float,
+        redis: Redis | None,
+        namespace: str,
+    ) -> _Member:
+        storage: pybreaker.CircuitBreakerStorage = pybreaker.CircuitMemoryStorage(STATE_CLOSED)
+        if redis is not None:
+            try:
+                storage = pybreaker.CircuitRedisStorage(
+                    STATE_CLOSED, redis, namespace=f"{namespace}:{provider.name}"
+                )
+            except RedisError:
+                log.exception(
+                    "provider %s: Redis unreachable, breaker state kept in this process",
+                    provider.name,
+                )
+        breaker = pybreaker.CircuitBreaker(
+            fail_max=fail_max,
+            reset_timeout=reset_timeout_s,
+            exclude=[PermanentDeliveryError],
+            listeners=[_StateMetrics(provider.name)],
+            state_storage=storage,
+            name=provider.name,
+            # Re-raise the provider's own error when it trips the breaker, so the
+            # ambiguous flag and retry_after_s survive; CircuitBreakerError then only
+            # means "refused without calling".
+            throw_new_error_on_trip=False,
+        )
+        return _Member(provider, breaker, storage, reset_timeout_s)
+
+    # --- sending ---
+
+    def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
+        """Send through the first provider that takes the message (module docstring).
+
+        Returns:
+            the receipt of the provider that sent; `receipt.provider` names it.
+
+        Raises:
+            TransientDeliveryError: retry later with the same key. `ambiguous=True`: the
+                key is now pinned to a provider that may hold the message (see
+                `pinned_provider`), and the next attempt goes there only. Otherwise every
+                provider refused or failed before taking it; `retry_after_s` is the
+                shortest wait any of them asked for, or the time until the first breaker
+                lets a probe through, or None when one gave no hint.
+            PermanentDeliveryError: the provider refused the message; not retried, not
+                failed over.
+        """
+        pinned = self.pinned_provider(idempotency_key)
+        if pinned is not None:
+            member = next((m for m in self._members if m.name == pinned), None)
+            if member is not None:
+                return self._send_pinned(member, email, idempotency_key)
+            log.warning("key %s pinned to unknown provider %s; ignored", idempotency_key, pinned)
+            self.unpin(idempotency_key)
+
+        failures: list[str] = []
+        waits: list[float | None] = []
+        last: BaseException | None = None
+        for member in self._members:
+            try:
+                return self._attempt(member, email, idempotency_key)
+            except pybreaker.CircuitBreakerError as exc:
+                failures.append(f"{member.name}: circuit breaker open")
+                waits.append(member.open_for_s(datetime.now(UTC)))
+                last = exc
+            except TransientDeliveryError as exc:
+                if exc.ambiguous:
+                    self.pin(idempotency_key, member.name)
+                    log.warning(
+                        "ambiguous failure of %s for %s: retry there only: %s",
+                        member.name,
+                        idempotency_key,
+                        exc,
+                    )
+                    raise
+                failures.append(str(exc))
+                waits.append(exc.retry_after_s)
+                last = exc
+            log.info("provider %s did not take %s: %s", member.name, idempotency_key, last)
+        known = [w for w in waits if w is not None]
+        retry_after = min(known) if len(known) == len(waits) else None
+        raise TransientDeliveryError(
+            "no provider took the message: " + "; ".join(failures), retry_after_s=retry_after
+        ) from last
+
+    def _send_pinned(self, member: _Member, email: OutgoingEmail, key: str) -> SendReceipt:
+        """Retry `key` on the provider that may already hold it; never fail over. Any
+        transient answer keeps the pin (the first attempt may still have been taken)."""
+        try:
+            receipt = self._attempt(member, email, key)
+        except pybreaker.CircuitBreakerError as exc:
+            raise TransientDeliveryError(
+                f"{member.name}: circuit breaker open; {key} waits for it (pinned after an "
+                "ambiguous failure)",
+                retry_after_s=member.open_for_s(datetime.now(UTC)),
+                ambiguous=True,
+            ) from exc
+        except TransientDeliveryError as exc:
+            raise TransientDeliveryError(
+                f"{exc} ({key} pinned to {member.name} after an ambiguous failure)",
+                retry_after_s=exc.retry_after_s,
+                ambiguous=True,
+            ) from exc
+        except PermanentDeliveryError:
+            self.unpin(key)
+            raise
+        self.unpin(key)
+        return receipt
+
+    def _attempt(self, member: _Member, email: OutgoingEmail, key: str) -> SendReceipt:
+        """One call through `member`'s breaker.
+
+        Raises:
+            pybreaker.CircuitBreakerError: refused without calling the provider (open, or
+                another thread of this process holds the half-open probe).
+            DeliveryError: the provider's own error.
+        """
+        probing = member.storage.state != STATE_CLOSED
+        if probing and not member.probe_lock.acquire(blocking=False):
+            raise pybreaker.CircuitBreakerError(f"{member.name}: half-open probe in flight")
+        try:
+            with member.breaker.calling():
+                return member.provider.send(email, idempotency_key=key)
+        finally:
+            if probing:
+                member.probe_lock.release()
+
+    # --- pins ---
+
+    def pinned_provider(self, idempotency_key: str) -> str | None:
+        """The provider `idempotency_key` is pinned to after an ambiguous attempt, or None.
+
+        The sender may store it (e.g. on the delivery row) so that another process taking
+        the occurrence over can `pin` it there too.
+        """
+        with self._pins_lock:
+            return self._pins.get(idempotency_key)
+
+    def pin(self, idempotency_key: str, provider_name: str) -> None:
+        """Send every later attempt for `idempotency_key` to `provider_name` only (for
+        `pin_ttl_s`). Side effect: this process's pin table only."""
+        with self._pins_lock:
+            self._pins[idempotency_key] = provider_name
+
+    def unpin(self, idempotency_key: str) -> None:
+        """Forget the pin of `idempotency_key` (no-op when there is none)."""
+        with self._pins_lock:
+            self._pins.pop(idempotency_key, None)
+
+    # --- readiness and metrics ---
+
+    def ready(self) -> bool:
+        """Whether a send may succeed now: False while EVERY provider's breaker is open
+        and none is due for its half-open probe (reset_timeout_s not yet passed).
+
+        Contract for the sender: check it before each receive and do not receive while it
+        is False (each receive counts toward the queue's maximum receive count, so
+        polling through an outage would dead-letter healthy messages); wait
+        `seconds_until_ready()` and check again. It turns True by itself when a probe is
+        due. Reads the wall clock and, with Redis, the shared breaker state (two GETs per
+        provider); no other side effect.
+        """
+        return self.seconds_until_ready() == 0.0
+
+    def seconds_until_ready(self) -> float:
+        """Seconds until `ready()` turns True: 0.0 when it is True now, else the time
+        until the first open breaker lets its half-open probe through."""
+        now = datetime.now(UTC)
+        return min(member.open_for_s(now) for member in self._members)
+
+    def breaker_states(self) -> dict[str, str]:
+        """Each provider's breaker state, primary first: {name: "closed" | "open" |
+        "half-open"} as stored (an open breaker whose probe is due still reads "open"
+        until a call passes). Side effect: refreshes the
+        `reminders_provider_breaker_state` metric with what it read."""
+        states = {}
+        for member in self._members:
+            state = member.storage.state
+            BREAKER_STATE.labels(provider=member.name).state(state)
+            states[member.name] = state
+        return states
+
+    @property
+    def providers(self) -> tuple[Provider, ...]:
+        """The wrapped providers, primary first."""
+        return tuple(member.provider for member in self._members)
