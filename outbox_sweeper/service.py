@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 
-from reminder_core.db.queries import query
+from reminder_core.db.queries import id_array, query
 from reminder_core.outbox import message_delay_s
 from reminder_core.queue import Queue
 from reminder_core.worker.loop import TickResult
@@ -46,7 +46,9 @@ class OutboxSweeper:
             self._queue.send_batch(
                 payloads, now=now, delays_s=[message_delay_s(p, now) for p in payloads]
             )
-            conn.execute(query("outbox_mark_published"), {"ids": [r.id for r in rows], "now": now})
+            conn.execute(
+                query("outbox_mark_published"), {"ids": id_array(r.id for r in rows), "now": now}
+            )
         return TickResult(
             processed=len(rows),
             more=len(rows) >= self.batch_size,

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Row
 
-from reminder_core.db.queries import query
+from reminder_core.db.queries import id_array, json_rows, query
 from reminder_core.domain.recurrence import Schedule, next_occurrence
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 from reminder_core.errors import InvalidSchedule
@@ -202,7 +202,7 @@ def advance_reminders(
         return {}
     ids = sorted({a.reminder_id for a in advances})
     rows: dict[uuid.UUID, Row[Any] | SimpleNamespace] = {
-        r.id: r for r in conn.execute(query("reminders_lock_for_advance"), {"ids": ids})
+        r.id: r for r in conn.execute(query("reminders_lock_for_advance"), {"ids": id_array(ids)})
     }
     final: dict[uuid.UUID, tuple[datetime, ReminderStatus, datetime | None, str | None]] = {}
     for advance in advances:
@@ -231,15 +231,19 @@ def advance_reminders(
                 }
             )
     if final:
-        items = list(final.items())
         conn.execute(
             query("reminders_finish_occurrences"),
             {
-                "ids": [k for k, _ in items],
-                "run_times": [v[0] for _, v in items],
-                "statuses": [v[1].value for _, v in items],
-                "next_runs": [v[2] for _, v in items],
-                "errors": [v[3] for _, v in items],
+                "rows": json_rows(
+                    {
+                        "id": k,
+                        "run_time_utc": v[0],
+                        "status": v[1].value,
+                        "next_run_utc": v[2],
+                        "last_error": v[3],
+                    }
+                    for k, v in final.items()
+                ),
                 "now": now,
             },
         )

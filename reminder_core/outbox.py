@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from reminder_core.db.queries import query
+from reminder_core.db.queries import id_array, query
 from reminder_core.queue import Queue
 
 
@@ -45,5 +45,7 @@ def publish_outbox_rows(
     payloads = [payload for _, payload in rows]
     queue.send_batch(payloads, now=now, delays_s=[message_delay_s(p, now) for p in payloads])
     with engine.begin() as conn:
-        conn.execute(query("outbox_mark_published"), {"ids": [i for i, _ in rows], "now": now})
+        conn.execute(
+            query("outbox_mark_published"), {"ids": id_array(i for i, _ in rows), "now": now}
+        )
     return len(rows)

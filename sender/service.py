@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine, Row
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from reminder_core.clock import utcnow
-from reminder_core.db.queries import query
+from reminder_core.db.queries import id_array, json_rows, query
 from reminder_core.delivery import (
     Advance,
     advance_reminder,
@@ -302,7 +302,7 @@ class Sender:
         terminal: list[tuple[_Work | None, uuid.UUID, str, datetime, DeliveryStatus, str]] = []
         begin: list[_Work] = []
         with self._engine.begin() as conn:
-            ids = list({w.occ.reminder_id for w in live if w.occ is not None})
+            ids = id_array({w.occ.reminder_id for w in live if w.occ is not None})
             reminders = {r.id: r for r in conn.execute(query("reminders_for_send"), {"ids": ids})}
             for w in live:
                 occ = w.occ
@@ -362,11 +362,16 @@ class Sender:
                     for r in conn.execute(
                         query("delivery_record_terminal_batch"),
                         {
-                            "reminder_ids": [t[1] for t in terminal],
-                            "user_ids": [t[2] for t in terminal],
-                            "run_times": [t[3] for t in terminal],
-                            "statuses": [t[4].value for t in terminal],
-                            "errors": [t[5] for t in terminal],
+                            "rows": json_rows(
+                                {
+                                    "reminder_id": t[1],
+                                    "user_id": t[2],
+                                    "run_time_utc": t[3],
+                                    "status": t[4].value,
+                                    "error": t[5],
+                                }
+                                for t in terminal
+                            ),
                             "now": now,
                         },
                     )
@@ -406,10 +411,15 @@ class Sender:
             for r in conn.execute(
                 query("delivery_begin_batch"),
                 {
-                    "reminder_ids": [w.occ.reminder_id for w in batch],  # type: ignore[union-attr]
-                    "user_ids": [w.reminder.user_id for w in batch],  # type: ignore[union-attr]
-                    "run_times": [w.chosen for w in batch],
-                    "lease_tokens": [w.lease_token for w in batch],
+                    "rows": json_rows(
+                        {
+                            "reminder_id": w.occ.reminder_id,  # type: ignore[union-attr]
+                            "user_id": w.reminder.user_id,  # type: ignore[union-attr]
+                            "run_time_utc": w.chosen,
+                            "lease_token": w.lease_token,
+                        }
+                        for w in batch
+                    ),
                     "now": now,
                     "lease_expired_before": now - timedelta(seconds=self.lease_s),
                 },
@@ -606,25 +616,7 @@ class Sender:
                 completed = set(
                     conn.execute(
                         query("delivery_complete_batch"),
-                        {
-                            "ids": [w.delivery_id for w in done],
-                            "lease_tokens": [w.lease_token for w in done],
-                            "statuses": [
-                                DeliveryStatus.SENT.value
-                                if w.outcome is Outcome.SENT
-                                else DeliveryStatus.FAILED.value
-                                for w in done
-                            ],
-                            "sent_ats": [w.sent_at for w in done],
-                            "providers": [w.receipt.provider if w.receipt else None for w in done],
-                            "provider_message_ids": [
-                                w.receipt.provider_message_id if w.receipt else None for w in done
-                            ],
-                            "recipients": [w.recipient for w in done],
-                            "errors": [str(w.error) if w.error else None for w in done],
-                            "attempts": [w.attempts for w in done],
-                            "now": now,
-                        },
+                        {"rows": json_rows(_completion(w) for w in done), "now": now},
                     ).scalars()
                 )
                 advances: list[Advance] = []
@@ -660,10 +652,15 @@ class Sender:
                 conn.execute(
                     query("delivery_release_batch"),
                     {
-                        "ids": [w.delivery_id for w in back],
-                        "lease_tokens": [w.lease_token for w in back],
-                        "errors": [str(w.error or "shutting down") for w in back],
-                        "attempts": [w.attempts for w in back],
+                        "rows": json_rows(
+                            {
+                                "id": w.delivery_id,
+                                "lease_token": w.lease_token,
+                                "error": str(w.error or "shutting down"),
+                                "attempts": w.attempts,
+                            }
+                            for w in back
+                        ),
                         "now": now,
                     },
                 )
@@ -754,8 +751,7 @@ class Sender:
                 conn.execute(
                     query("delivery_heartbeat_batch"),
                     {
-                        "ids": [i for i, _ in leases],
-                        "lease_tokens": [t for _, t in leases],
+                        "rows": json_rows({"id": i, "lease_token": t} for i, t in leases),
                         "now": now,
                     },
                 )
@@ -766,6 +762,23 @@ class Sender:
         self._heartbeat_stop.set()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+def _completion(w: _Work) -> dict[str, object]:
+    """The delivery_complete_batch row of a sent or failed occurrence."""
+    return {
+        "id": w.delivery_id,
+        "lease_token": w.lease_token,
+        "status": (
+            DeliveryStatus.SENT if w.outcome is Outcome.SENT else DeliveryStatus.FAILED
+        ).value,
+        "sent_at": w.sent_at,
+        "provider": w.receipt.provider if w.receipt else None,
+        "provider_message_id": w.receipt.provider_message_id if w.receipt else None,
+        "recipient": w.recipient,
+        "error": str(w.error) if w.error else None,
+        "attempts": w.attempts,
+    }
 
 
 def _still_due(reminder: Row[Any], occ: Occurrence) -> bool:

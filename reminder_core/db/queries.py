@@ -7,7 +7,11 @@ into SQL text.
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from functools import cache
 from importlib import resources
 
@@ -38,3 +42,33 @@ def query(name: str) -> TextClause:
         KeyError: no statement of that name exists in `db/sql/`.
     """
     return _load()[name]
+
+
+def json_rows(rows: Iterable[Mapping[str, object]]) -> str:
+    """Rows for a set-based statement, as one JSON array of objects that the statement
+    unpacks with `jsonb_to_recordset` (UUIDs as text, datetimes as ISO 8601).
+
+    One JSON text per statement instead of one array parameter per column: psycopg
+    adapts a Python list element by element in Python (a regex per element to decide on
+    quoting), which cost a fifth of the sender's CPU time; `json.dumps` runs in C.
+    """
+    return json.dumps(list(rows), default=_json_default)
+
+
+def id_array(ids: Iterable[object]) -> str:
+    """A PostgreSQL array literal of UUIDs or integers, for `CAST(:ids AS uuid[])`
+    (values whose text needs no quoting; cheaper to bind than a list, see json_rows)."""
+    text_ids = []
+    for value in ids:
+        if not isinstance(value, uuid.UUID | int) or isinstance(value, bool):
+            raise TypeError(f"id_array takes UUIDs and integers, not {type(value).__name__}")
+        text_ids.append(str(value))
+    return "{" + ",".join(text_ids) + "}"
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot serialise {type(value).__name__} for SQL")

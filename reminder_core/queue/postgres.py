@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from reminder_core.db.queries import query
+from reminder_core.db.queries import id_array, json_rows, query
 from reminder_core.errors import InfrastructureError
 from reminder_core.queue.base import DeadLetter, Message, QueueDepth
 
@@ -77,7 +77,7 @@ class PostgresQueue:
     def delete(self, receipt_handles: Sequence[str]) -> None:
         if not receipt_handles:
             return
-        handles = [uuid.UUID(h) for h in receipt_handles]
+        handles = id_array(uuid.UUID(h) for h in receipt_handles)
         with self._engine.begin() as conn:
             conn.execute(query("queue_delete"), {"queue": self.name, "handles": handles})
 
@@ -103,8 +103,9 @@ class PostgresQueue:
                 query("queue_change_visibility_batch"),
                 {
                     "queue": self.name,
-                    "handles": [uuid.UUID(h) for h, _ in changes],
-                    "timeouts": [float(t) for _, t in changes],
+                    "rows": json_rows(
+                        {"handle": uuid.UUID(h), "timeout_s": float(t)} for h, t in changes
+                    ),
                     "now": now,
                 },
             )

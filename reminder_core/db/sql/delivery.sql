@@ -111,9 +111,10 @@ SET status = 'cancelled', error = :error, locked_at = NULL, lease_token = NULL, 
 WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc AND status = 'sending'
   AND locked_at IS NULL;
 
--- Set-based forms of the statements above, one statement per received batch. Parallel
--- arrays are unnested WITH ORDINALITY and inserted in the caller's order (the sender
--- sorts by key), so two senders lock the same rows in the same order and cannot deadlock.
+-- Set-based forms of the statements above, one statement per received batch. Rows come
+-- as one JSON array (:rows, see queries.json_rows) unpacked by jsonb_to_recordset, id
+-- sets as one array literal (:ids, queries.id_array). Inserts keep the caller's order (the
+-- sender sorts by key), so two senders lock the same rows in the same order.
 
 -- name: reminders_for_send
 SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
@@ -129,8 +130,8 @@ INSERT INTO delivery_log AS d
     (reminder_id, user_id, run_time_utc, status, attempt_count, locked_at, lease_token,
      created_at, updated_at)
 SELECT u.reminder_id, u.user_id, u.run_time_utc, 'sending', 0, :now, u.lease_token, :now, :now
-FROM unnest(CAST(:reminder_ids AS uuid[]), CAST(:user_ids AS text[]),
-            CAST(:run_times AS timestamptz[]), CAST(:lease_tokens AS uuid[]))
+FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+                AS (reminder_id uuid, user_id text, run_time_utc timestamptz, lease_token uuid))
      WITH ORDINALITY AS u(reminder_id, user_id, run_time_utc, lease_token, n)
 ORDER BY u.n
 ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
@@ -145,9 +146,9 @@ RETURNING d.id, d.lease_token;
 INSERT INTO delivery_log
     (reminder_id, user_id, run_time_utc, status, error, created_at, updated_at)
 SELECT u.reminder_id, u.user_id, u.run_time_utc, u.status, u.error, :now, :now
-FROM unnest(CAST(:reminder_ids AS uuid[]), CAST(:user_ids AS text[]),
-            CAST(:run_times AS timestamptz[]), CAST(:statuses AS text[]),
-            CAST(:errors AS text[]))
+FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+                AS (reminder_id uuid, user_id text, run_time_utc timestamptz, status text,
+                    error text))
      WITH ORDINALITY AS u(reminder_id, user_id, run_time_utc, status, error, n)
 ORDER BY u.n
 ON CONFLICT (reminder_id, run_time_utc) DO NOTHING
@@ -167,12 +168,9 @@ SET status = u.status,
     locked_at = NULL,
     lease_token = NULL,
     updated_at = :now
-FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]), CAST(:statuses AS text[]),
-            CAST(:sent_ats AS timestamptz[]), CAST(:providers AS text[]),
-            CAST(:provider_message_ids AS text[]), CAST(:recipients AS text[]),
-            CAST(:errors AS text[]), CAST(:attempts AS int[]))
-     AS u(id, lease_token, status, sent_at, provider, provider_message_id, recipient, error,
-          attempts)
+FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+     AS u(id uuid, lease_token uuid, status text, sent_at timestamptz, provider text,
+          provider_message_id text, recipient text, error text, attempts int)
 WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending'
 RETURNING d.id;
 
@@ -184,16 +182,15 @@ SET locked_at = NULL,
     error = u.error,
     attempt_count = d.attempt_count + u.attempts,
     updated_at = :now
-FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]), CAST(:errors AS text[]),
-            CAST(:attempts AS int[]))
-     AS u(id, lease_token, error, attempts)
+FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+     AS u(id uuid, lease_token uuid, error text, attempts int)
 WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending';
 
 -- name: delivery_heartbeat_batch
 -- delivery_heartbeat for every row a sender holds.
 UPDATE delivery_log AS d
 SET locked_at = :now
-FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[])) AS u(id, lease_token)
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(id uuid, lease_token uuid)
 WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending';
 
 -- name: reminders_lock_for_advance
@@ -215,7 +212,7 @@ SET status = u.status,
     claimed_at = NULL,
     last_error = u.last_error,
     updated_at = :now
-FROM unnest(CAST(:ids AS uuid[]), CAST(:run_times AS timestamptz[]), CAST(:statuses AS text[]),
-            CAST(:next_runs AS timestamptz[]), CAST(:errors AS text[]))
-     AS u(id, run_time_utc, status, next_run_utc, last_error)
+FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+     AS u(id uuid, run_time_utc timestamptz, status text, next_run_utc timestamptz,
+          last_error text)
 WHERE r.id = u.id AND r.next_run_utc = u.run_time_utc AND r.status IN ('claimed', 'pending');

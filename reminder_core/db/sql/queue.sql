@@ -38,7 +38,7 @@ RETURNING q.id, q.body, q.receipt_handle, q.receive_count, q.created_at;
 
 -- name: queue_delete
 DELETE FROM queue_messages
-WHERE queue_name = :queue AND receipt_handle = ANY(:handles);
+WHERE queue_name = :queue AND receipt_handle = ANY(CAST(:handles AS uuid[]));
 
 -- name: queue_change_visibility
 UPDATE queue_messages
@@ -46,10 +46,10 @@ SET visible_at = :now + make_interval(secs => :timeout_s)
 WHERE queue_name = :queue AND receipt_handle = :handle AND NOT dead_lettered;
 
 -- name: queue_change_visibility_batch
--- (receipt handle, timeout) pairs as two parallel arrays.
+-- (receipt handle, timeout) pairs as JSON rows (queries.json_rows).
 UPDATE queue_messages AS q
 SET visible_at = :now + make_interval(secs => c.timeout_s)
-FROM unnest(CAST(:handles AS uuid[]), CAST(:timeouts AS float8[])) AS c(handle, timeout_s)
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS c(handle uuid, timeout_s float8)
 WHERE q.queue_name = :queue AND q.receipt_handle = c.handle AND NOT q.dead_lettered;
 
 -- name: queue_depth

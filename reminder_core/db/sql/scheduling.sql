@@ -33,7 +33,7 @@ RETURNING id, payload;
 -- name: outbox_mark_published
 UPDATE outbox
 SET published_at = :now
-WHERE id = ANY(:ids) AND published_at IS NULL;
+WHERE id = ANY(CAST(:ids AS uuid[])) AND published_at IS NULL;
 
 -- name: outbox_lock_unpublished
 -- Rows the fast path did not publish (crash between commit and publish, queue outage).
