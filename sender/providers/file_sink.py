@@ -5,35 +5,19 @@ from __future__ import annotations
 import os
 import tempfile
 from datetime import UTC, datetime
-from email.message import EmailMessage
-from email.utils import format_datetime
 from pathlib import Path
 
 from reminder_core.errors import TransientDeliveryError
 from sender.providers.base import OutgoingEmail, SendReceipt
-
-
-def build_mime(email: OutgoingEmail, *, idempotency_key: str, now: datetime) -> EmailMessage:
-    """Build the RFC 5322 message: text and HTML alternatives, Message-ID from the key.
-
-    Message-ID is "<idempotency_key@reminders>" and `X-Entity-Ref-ID` carries the key, so
-    a resend of the same occurrence is recognisably the same message.
-    """
-    msg = EmailMessage()
-    msg["From"] = email.sender
-    msg["To"] = email.to
-    msg["Subject"] = email.subject
-    msg["Date"] = format_datetime(now.astimezone(UTC))
-    msg["Message-ID"] = f"<{idempotency_key}@reminders>"
-    msg["X-Entity-Ref-ID"] = idempotency_key
-    msg.set_content(email.text)
-    msg.add_alternative(email.html, subtype="html")
-    return msg
+from sender.providers.mime import build_mime, message_id
 
 
 class FileSinkProvider:
     """Writes `<directory>/<idempotency_key>.eml`; accepts each key once, like a real
     provider honouring an idempotency key (a repeat returns the first receipt).
+
+    The message is `build_mime`'s: Message-ID "<idempotency_key@reminders>" and
+    `X-Entity-Ref-ID` carrying the key, so a resend is recognisably the same message.
 
     The file appears atomically (written aside, then hard-linked into place), so a reader
     never sees half an email and two concurrent sends of one key produce one file.
@@ -47,10 +31,10 @@ class FileSinkProvider:
     def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
         if "/" in idempotency_key or idempotency_key.startswith("."):
             raise ValueError(f"unsafe idempotency key {idempotency_key!r}")
-        message_id = f"<{idempotency_key}@reminders>"
+        msg_id = message_id(idempotency_key)
         target = self.directory / f"{idempotency_key}.eml"
         if target.exists():
-            return SendReceipt(provider=self.name, provider_message_id=message_id)
+            return SendReceipt(provider=self.name, provider_message_id=msg_id)
         mime = build_mime(email, idempotency_key=idempotency_key, now=datetime.now(UTC))
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -68,7 +52,7 @@ class FileSinkProvider:
                 os.unlink(tmp)
         except OSError as exc:
             raise TransientDeliveryError(f"file sink cannot write {target}: {exc}") from exc
-        return SendReceipt(provider=self.name, provider_message_id=message_id)
+        return SendReceipt(provider=self.name, provider_message_id=msg_id)
 
 
 __all__ = ["FileSinkProvider", "build_mime"]
