@@ -44,6 +44,7 @@ from reminder_core.queue import Message, Queue
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.worker.loop import TickResult
 from sender.providers.base import OutgoingEmail, Provider, SendReceipt
+from sender.providers.failover import FailoverProvider
 from sender.render import Renderer
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ class _Work:
     chosen: datetime | None = None  # the occurrence to send (misfire plan)
     lease_token: uuid.UUID | None = None
     delivery_id: uuid.UUID | None = None
+    pinned: str | None = None  # provider an earlier ambiguous attempt may have reached
     # visibility change instead of a delete (BUSY, RETRY, released), seconds from now
     hide_for_s: float | None = None
     # outcome of the send
@@ -226,8 +228,17 @@ class Sender:
                 already happened is repeated with the same idempotency key).
         """
         self._ensure_heartbeat()
+        max_messages = self.batch_size
+        gate = self._provider if isinstance(self._provider, FailoverProvider) else None
+        if gate is not None:
+            if not gate.ready():
+                # Every provider's breaker is open: receiving now would only burn the
+                # messages' receives toward the dead-letter queue.
+                return TickResult(processed=0, more=False, counts={"providers_unavailable": 1})
+            if "closed" not in gate.breaker_states().values():
+                max_messages = 1  # only a half-open probe may pass: risk one message
         messages = self._queue.receive(
-            now=now, max_messages=self.batch_size, visibility_timeout_s=self.visibility_timeout_s
+            now=now, max_messages=max_messages, visibility_timeout_s=self.visibility_timeout_s
         )
         counts: dict[str, int] = {}
         if messages:
@@ -407,7 +418,7 @@ class Sender:
             w.lease_token = uuid.uuid4()
             batch.append(w)
         taken = {
-            r.lease_token: r.id
+            r.lease_token: (r.id, r.provider)
             for r in conn.execute(
                 query("delivery_begin_batch"),
                 {
@@ -426,9 +437,11 @@ class Sender:
             )
         }
         for w in batch:
-            w.delivery_id = taken.get(w.lease_token)
-            if w.delivery_id is None:
+            row = taken.get(w.lease_token)
+            if row is None:
                 self._not_taken(conn, w, now)
+            else:
+                w.delivery_id, w.pinned = row
 
     def _not_taken(self, conn: Connection, w: _Work, now: datetime) -> None:
         """The occurrence is held by another worker (BUSY) or already terminal."""
@@ -534,6 +547,10 @@ class Sender:
                 html=rendered.html,
             )
             key = w.key
+            if w.pinned is not None and isinstance(self._provider, FailoverProvider):
+                # An earlier attempt (maybe another worker's) may have reached this
+                # provider: only it can deduplicate the key.
+                self._provider.pin(key, w.pinned)
             started = time.monotonic()
             failed: list[TransientDeliveryError] = []
             try:
@@ -545,7 +562,7 @@ class Sender:
                 # The retry loop starts only after a failure (building it costs more than
                 # an in-process send); its first attempt re-raises that failure, so
                 # tenacity sees the same attempts, waits and stop as for a plain loop.
-                for attempt in self._retrying(started):
+                for attempt in self._retrying(started, w):
                     with attempt:
                         if failed:
                             raise failed.pop()
@@ -568,22 +585,47 @@ class Sender:
             log.exception("unexpected error sending %s", w.key)
             self._to_retry(w, exc)
 
-    def _retrying(self, started: float) -> Retrying:
+    def _retrying(self, started: float, w: _Work) -> Retrying:
         """tenacity's loop for one send whose first call started at `started`
-        (time.monotonic()): the delivery budget counts from there."""
+        (time.monotonic()): the delivery budget counts from there. Before each wait, an
+        ambiguous failure's provider is recorded on the delivery row (see `_pin`)."""
         policy = self.retry
 
         def from_first_call(state: RetryCallState) -> None:
             state.start_time = started
 
+        def before_sleep(state: RetryCallState) -> None:
+            del state
+            self._pin(w)
+
         return Retrying(
             before=from_first_call,
+            before_sleep=before_sleep,
             retry=retry_if_exception_type(TransientDeliveryError),
             stop=lambda state: should_stop(policy, state),
             wait=lambda state: next_wait_s(policy, state),
             sleep=self._sleep,
             reraise=True,
         )
+
+    def _pinned_now(self, w: _Work) -> str | None:
+        if isinstance(self._provider, FailoverProvider):
+            return self._provider.pinned_provider(w.key)
+        return None
+
+    def _pin(self, w: _Work) -> None:
+        """Record on the delivery row the provider that an ambiguous attempt may have
+        reached, so a worker taking the row over after a crash sends there, not to a
+        backup that cannot deduplicate the key (issue 5's failover rule)."""
+        pinned = self._pinned_now(w)
+        if pinned is None or pinned == w.pinned:
+            return
+        with self._engine.begin() as conn:
+            conn.execute(
+                query("delivery_pin_provider"),
+                {"id": w.delivery_id, "lease_token": w.lease_token, "provider": pinned},
+            )
+        w.pinned = pinned
 
     def _sleep(self, seconds: float) -> None:
         """Wait between retries; a shutdown ends the wait (ShutdownRequested)."""
@@ -658,6 +700,7 @@ class Sender:
                                 "lease_token": w.lease_token,
                                 "error": str(w.error or "shutting down"),
                                 "attempts": w.attempts,
+                                "provider": self._pinned_now(w),
                             }
                             for w in back
                         ),

@@ -66,6 +66,13 @@ SET status = :status,
     updated_at = :now
 WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
 
+-- name: delivery_pin_provider
+-- Record, while still sending, the provider an ambiguous attempt may have reached (a
+-- worker that takes the row over after a crash sends there too, with the same key).
+UPDATE delivery_log
+SET provider = :provider
+WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
+
 -- name: delivery_heartbeat
 -- Extend the lease of a row being worked on (with the message's visibility timeout).
 UPDATE delivery_log
@@ -139,7 +146,7 @@ SET locked_at = EXCLUDED.locked_at,
     lease_token = EXCLUDED.lease_token,
     updated_at = EXCLUDED.updated_at
 WHERE d.status = 'sending' AND (d.locked_at IS NULL OR d.locked_at <= :lease_expired_before)
-RETURNING d.id, d.lease_token;
+RETURNING d.id, d.lease_token, d.provider;
 
 -- name: delivery_record_terminal_batch
 -- delivery_record_terminal for many occurrences; returns the rows actually inserted.
@@ -175,15 +182,17 @@ WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending'
 RETURNING d.id;
 
 -- name: delivery_release_batch
--- delivery_release for many rows.
+-- delivery_release for many rows; `provider` (when not null) is the provider an
+-- ambiguous attempt may have reached: whoever retries must go there again.
 UPDATE delivery_log AS d
 SET locked_at = NULL,
     lease_token = NULL,
     error = u.error,
+    provider = coalesce(u.provider, d.provider),
     attempt_count = d.attempt_count + u.attempts,
     updated_at = :now
 FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-     AS u(id uuid, lease_token uuid, error text, attempts int)
+     AS u(id uuid, lease_token uuid, error text, attempts int, provider text)
 WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending';
 
 -- name: delivery_heartbeat_batch
