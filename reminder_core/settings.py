@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 from datetime import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -136,12 +137,36 @@ class Settings(BaseSettings):
 
     # --- email ---
     email_provider: str = Field(
-        default="file", pattern=r"^(file|resend)$", description="file | resend"
+        default="file",
+        pattern=r"^(file|resend|ses|smtp)$",
+        description="file | resend | ses | smtp",
     )
     resend_api_url: str = "https://api.resend.com"
     resend_api_key: str | None = None
     provider_connect_timeout_s: float = Field(default=5.0, gt=0)
     provider_read_timeout_s: float = Field(default=15.0, gt=0)
+    ses_region: str | None = Field(
+        default=None, description="AWS region of SES. Unset: AWS_REGION / AWS_DEFAULT_REGION."
+    )
+    ses_endpoint_url: str | None = Field(
+        default=None, description="SES API endpoint override (a local server such as moto)."
+    )
+    ses_configuration_set: str | None = Field(
+        default=None, description="SES configuration set named on every send (event publishing)."
+    )
+    smtp_host: str | None = None
+    smtp_port: int = Field(default=587, ge=1, le=65535)
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_starttls: Literal["required", "opportunistic", "off"] = Field(
+        default="required", description="required | opportunistic | off"
+    )
+    smtp_ca_file: Path | None = Field(
+        default=None, description="PEM CA bundle to verify the SMTP server. Unset: system CAs."
+    )
+    smtp_timeout_s: float = Field(
+        default=30.0, gt=0, le=600, description="Wait for each SMTP reply (seconds)."
+    )
     mail_dir: Path | None = Field(
         default=None, description="File sink directory. Unset: STATE_DIR/mail."
     )

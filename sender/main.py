@@ -14,6 +14,8 @@ from reminder_core.settings import Settings
 from sender.providers import FileSinkProvider, Provider
 from sender.providers.failover import FailoverProvider
 from sender.providers.resend import ResendProvider
+from sender.providers.ses import SesProvider
+from sender.providers.smtp import SmtpProvider
 from sender.render import Renderer
 from sender.service import Sender
 
@@ -54,6 +56,10 @@ def build_single_provider(name: str, settings: Settings) -> Provider:
         return ResendProvider(
             client, base_url=settings.resend_api_url, api_key=settings.resend_api_key
         )
+    if name == "ses":
+        return SesProvider.from_settings(settings)
+    if name == "smtp":
+        return SmtpProvider.from_settings(settings)
     if name == "file":
         return FileSinkProvider(settings.effective_mail_dir)
     raise ValueError(f"unknown email provider {name!r}")

@@ -10,7 +10,8 @@ message id and sends nothing, as Resend documents), and injects faults on demand
            "timeout" (+ seconds: answer only after that long), "drop" (close without
            answering)
     GET  /_stats   {"accepted": n, "duplicates": n, "requests": [...]} (per request: key,
-                    status, at)
+                    status, at), "messages": [...] (per accepted key: id, key, from, to,
+                    subject, text, html, authorization, at)
     POST /_reset
 
 Run in a thread (`FakeProvider().start()`) or as a process:
@@ -130,7 +131,10 @@ class Handler(BaseHTTPRequestHandler):
                 record["status"] = "duplicate"
             else:
                 message = {"id": str(uuid.uuid4()), "key": key, "to": payload.get("to"),
-                           "subject": payload.get("subject"), "at": time.time()}  # fmt: skip
+                           "subject": payload.get("subject"), "at": time.time(),
+                           "from": payload.get("from"), "text": payload.get("text"),
+                           "html": payload.get("html"),
+                           "authorization": self.headers.get("Authorization")}  # fmt: skip
                 if key:
                     state.accepted[key] = message
                 record["status"] = 200
