@@ -123,11 +123,16 @@ class _Work:
     sent_at: datetime | None = None
     error: Exception | None = None
 
+    _key: str | None = None
+
     @property
     def key(self) -> str:
-        assert self.occ is not None
-        assert self.chosen is not None
-        return idempotency_key(self.occ.reminder_id, self.chosen)
+        """The provider idempotency key of the chosen occurrence (computed once)."""
+        if self._key is None:
+            assert self.occ is not None
+            assert self.chosen is not None
+            self._key = idempotency_key(self.occ.reminder_id, self.chosen)
+        return self._key
 
 
 class Sender:
