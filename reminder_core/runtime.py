@@ -60,7 +60,14 @@ def open_runtime(
     engine = make_engine(
         url, pool_size=pool_size or settings.db_pool_size, application_name=application_name
     )
-    queue = open_queue(settings.queue_url, engine, max_receive_count=settings.max_receive_count)
+    queue = open_queue(
+        settings.queue_url,
+        engine,
+        max_receive_count=settings.max_receive_count,
+        sqs_endpoint_url=settings.sqs_endpoint_url,
+        aws_region=settings.aws_region,
+        sqs_wait_time_s=settings.sqs_wait_time_s,
+    )
     profiles = profile_source_from_settings(settings)
     return Runtime(
         settings=settings, database_url=url, engine=engine, queue=queue, profiles=profiles

@@ -34,10 +34,23 @@ class Settings(BaseSettings):
     # --- queue ---
     queue_url: str = Field(
         default="postgres://reminders",
-        description="postgres://<queue name> for the PostgreSQL table queue.",
+        description="postgres://<queue name> for the PostgreSQL table queue; sqs://<queue name>"
+        " or an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>) for SQS.",
     )
     visibility_timeout_s: float = Field(default=60.0, gt=0, le=43_200)
     max_receive_count: int = Field(default=5, ge=1, le=1000)
+    sqs_endpoint_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="SQS endpoint override, e.g. a local SQS-compatible server. Unset: AWS.",
+    )
+    sqs_wait_time_s: int = Field(
+        default=2, ge=0, le=20, description="Long-poll wait of an SQS receive (WaitTimeSeconds)."
+    )
+    aws_region: str | None = Field(
+        default=None,
+        description="AWS region. Unset: from the SQS queue URL, else AWS_DEFAULT_REGION.",
+    )
 
     # --- auth ---
     jwt_secret: str | None = Field(

@@ -1,5 +1,5 @@
 """`reminders` CLI (typer): api, coordinator, sweeper, sender, maintenance, dev, migrate,
-token, dlq."""
+token, dlq, queue."""
 
 from __future__ import annotations
 
@@ -153,6 +153,49 @@ def dlq_purge(
     finally:
         rt.close()
     typer.echo(f"purged: {count}")
+
+
+queue_cli = typer.Typer(help="Provision the queue (SQS).", no_args_is_help=True)
+app.add_typer(queue_cli, name="queue")
+
+
+@queue_cli.command("create")
+def queue_create() -> None:
+    """Create the SQS queue of QUEUE_URL and its dead-letter queue `<name>-dlq`, with
+    VisibilityTimeout = VISIBILITY_TIMEOUT_S and a RedrivePolicy of maxReceiveCount =
+    MAX_RECEIVE_COUNT. Idempotent: an existing queue gets the current settings. Prints
+    both URLs."""
+    from reminder_core.errors import InfrastructureError
+    from reminder_core.queue.sqs import ensure_queues, sqs_client, sqs_target
+    from reminder_core.settings import Settings
+
+    settings = Settings()
+    if settings.queue_url.startswith(("postgres://", "postgresql://")):
+        typer.echo(
+            f"QUEUE_URL {settings.queue_url} is the PostgreSQL table queue: it comes with"
+            " `reminders migrate`, nothing to create"
+        )
+        return
+    try:
+        target = sqs_target(
+            settings.queue_url, endpoint_url=settings.sqs_endpoint_url, region=settings.aws_region
+        )
+        if target is None:
+            raise ValueError(f"QUEUE_URL {settings.queue_url!r} names no SQS queue")
+        queue_url, dlq_url = ensure_queues(
+            sqs_client(target),
+            target.name,
+            visibility_timeout_s=settings.visibility_timeout_s,
+            max_receive_count=settings.max_receive_count,
+        )
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except InfrastructureError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"queue: {queue_url}")
+    typer.echo(f"dead-letter queue: {dlq_url}")
 
 
 @app.command()

@@ -24,6 +24,7 @@ from reminder_core.db.migrate import upgrade
 from reminder_core.db.session import make_engine, normalize_url
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
+from tests.support.moto import moto_server
 
 TABLES = ("delivery_log", "outbox", "queue_messages", "reminders")
 JWT_SECRET = "test-secret-" + "x" * 40
@@ -60,6 +61,13 @@ def engine(database_url: str) -> Iterator[Engine]:
     eng = make_engine(database_url, pool_size=10, application_name="reminders-tests")
     yield eng
     eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """Endpoint URL of a local moto server (SQS, SES, ...) shared by the test run."""
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture

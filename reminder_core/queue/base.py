@@ -78,7 +78,9 @@ class Queue(Protocol):
         ...
 
     def delete(self, receipt_handles: Sequence[str]) -> None:
-        """Delete the received messages; a stale handle deletes nothing."""
+        """Delete the received messages. A handle from an earlier receive of a message
+        received again since raises nothing; it deletes nothing on PostgreSQL, and on SQS
+        "the message might not be deleted" (AWS DeleteMessage): rely on neither."""
         ...
 
     def change_visibility(self, receipt_handle: str, *, now: datetime, timeout_s: float) -> None:
