@@ -1,0 +1,1 @@
+"""Inbound provider webhooks (bounces, complaints): verify, parse, apply exactly once."""
