@@ -563,8 +563,10 @@ def test_sigterm_with_work_in_flight_exits_0_and_loses_nothing(rig: Rig, workloa
         wait_until(lambda: len(rig.provider.stats()["requests"]) >= 1, 30, "a provider call")
         stop_s = sigterm_within_grace(rig, "sender")
         held = progress(rig.engine).deliveries
-        # The call in flight was finished and recorded, not cut and left to a resend.
-        assert held.get("sent") == 1, held
+        calls = len(rig.provider.stats()["requests"])
+        # The calls in flight (up to SENDER_CONCURRENCY at once) were finished and
+        # recorded, not cut and left to a resend; no call started after the signal.
+        assert 1 <= held.get("sent", 0) == calls, (held, calls)
         assert "sending" not in held
         detail: dict[str, Any] = {"stop_s": round(stop_s, 2), "after_stop": held}
     else:
