@@ -103,7 +103,16 @@ class Settings(BaseSettings):
     )
     sweeper_poll_interval_s: float = Field(default=5.0, gt=0, le=300)
     sender_poll_interval_s: float = Field(default=0.5, gt=0, le=60)
-    sender_batch_size: int = Field(default=10, ge=1, le=10)
+    sender_batch_size: int = Field(
+        default=100,
+        ge=1,
+        le=1000,
+        description="Messages per receive, handled as one set (SQS returns at most 10 per"
+        " call; the SQS backend makes several calls).",
+    )
+    sender_concurrency: int = Field(
+        default=8, ge=1, le=256, description="Provider calls in flight at once per sender."
+    )
     delivery_lease_s: float = Field(
         default=120.0, gt=0, description="A `sending` row is taken over after this long."
     )

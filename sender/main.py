@@ -85,6 +85,7 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
         ),
         stop=stop,
         batch_size=s.sender_batch_size,
+        concurrency=s.sender_concurrency,
     )
 
 
