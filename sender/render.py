@@ -64,13 +64,19 @@ class Renderer:
         body: str | None,
         run_time_utc: datetime,
         timezone: str,
+        recipient: str = "",
     ) -> RenderedEmail:
         """Render one occurrence.
 
         Args:
             template: template name, e.g. "reminder".
             run_time_utc: aware UTC instant of the occurrence; shown in `timezone`.
-            timezone: IANA zone name the recipient reads times in.
+            timezone: IANA zone name the recipient reads times in (the reminder's, else
+                the user's profile's).
+            recipient: the address from the user's profile, read at send time.
+
+        Template variables: reminder_id, title, body ("" when none), run_time_utc (ISO
+        8601), run_time_local ("YYYY-MM-DD HH:MM TZ"), timezone, recipient.
 
         Raises:
             PermanentDeliveryError: unknown template, undefined variable or a template
@@ -84,6 +90,7 @@ class Renderer:
             "run_time_utc": run_time_utc.isoformat(),
             "run_time_local": local.strftime("%Y-%m-%d %H:%M %Z"),
             "timezone": timezone,
+            "recipient": recipient,
         }
         try:
             subject, text, html = (_render(t, g, context) for t, g in self._templates(template))

@@ -543,6 +543,7 @@ class Sender:
                 body=reminder.body,
                 run_time_utc=w.chosen,
                 timezone=w.zone.key,
+                recipient=w.profile.email,
             )
             email = OutgoingEmail(
                 to=w.profile.email,

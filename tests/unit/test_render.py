@@ -60,3 +60,17 @@ def test_an_override_wins_and_the_other_parts_stay_built_in(tmp_path: Path) -> N
     email = render(Renderer(tmp_path))
     assert email.subject == "Heads up: Stand-up"  # type: ignore[attr-defined]
     assert "Scheduled for" in email.html  # type: ignore[attr-defined]
+
+
+def test_the_profile_address_is_a_template_variable_escaped_in_html() -> None:
+    email = Renderer().render(
+        "reminder",
+        reminder_id="r-1",
+        title="Stand-up",
+        body=None,
+        run_time_utc=RUN,
+        timezone="Europe/Paris",
+        recipient="o'neil+<x>@example.com",
+    )
+    assert "Sent by Reminders to o'neil+<x>@example.com." in email.text
+    assert "o&#39;neil+&lt;x&gt;@example.com" in email.html
