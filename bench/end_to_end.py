@@ -54,6 +54,39 @@ from sender.service import Sender
 
 RAW_BATCH = 500
 CLAIM_BATCH = 500
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """utime + stime of each of these processes so far, from /proc (Linux); processes
+    that are gone are left out."""
+    seconds = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds[pid] = (int(fields[11]) + int(fields[12])) / TICKS
+    return seconds
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two readings by processes alive at the second (a
+    process started in between counts from zero)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+def postgres_pids() -> list[int]:
+    """Every process named postgres on this machine (the server and its backends)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "postgres":
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
 
 
 class AcceptAll:
@@ -137,8 +170,10 @@ def run_pipeline(
     batch: int,
     concurrency: int,
     provider_url: str | None = None,
-) -> float:
-    """Occurrences per second from start until all `n` are `sent`."""
+    extra_pids: tuple[int, ...] = (),
+) -> tuple[float, dict[str, float]]:
+    """Occurrences per second from start until all `n` are `sent`, and the CPU time per
+    occurrence (microseconds) of each kind of process over that span."""
     seed(engine, n)
     ctx = mp.get_context("spawn")
     ready = ctx.Barrier(senders + 2)
@@ -154,6 +189,13 @@ def run_pipeline(
         p.start()
     ready.wait()
     start = time.perf_counter()
+    groups = {
+        "coordinator": [procs[0].pid or 0],
+        "senders": [p.pid or 0 for p in procs[1:]],
+        "postgres": postgres_pids(),
+        "provider": list(extra_pids),
+    }
+    cpu_before = {k: cpu_seconds(v) for k, v in groups.items()}
     with engine.connect() as conn:
         while True:
             sent = conn.execute(
@@ -164,10 +206,14 @@ def run_pipeline(
                 break
             time.sleep(0.02)
     elapsed = time.perf_counter() - start
+    groups["postgres"] = sorted(set(groups["postgres"]) | set(postgres_pids()))
+    cpu_us = {
+        k: cpu_used(cpu_before.get(k, {}), cpu_seconds(v)) / n * 1e6 for k, v in groups.items()
+    }
     stop.set()
     for p in procs:
         p.join(30)
-    return n / elapsed
+    return n / elapsed, cpu_us
 
 
 RAW_STEPS = [
@@ -268,10 +314,10 @@ def main() -> None:
         n = args.reminders
         raw = run_raw(engine, url, n)
         shape = dict(senders=args.senders, batch=args.batch)
-        memory = run_pipeline(engine, url, profiles, n, concurrency=1, **shape)
-        over_http = run_pipeline(
+        memory, memory_cpu = run_pipeline(engine, url, profiles, n, concurrency=1, **shape)
+        over_http, http_cpu = run_pipeline(
             engine, url, profiles, n, concurrency=args.concurrency, provider_url=fake_url,
-            **shape,
+            extra_pids=(fake.pid,), **shape,
         )  # fmt: skip
         print(
             f"{n} one-time occurrences; processes: 1 coordinator + {args.senders} senders "
@@ -283,6 +329,11 @@ def main() -> None:
         print(f"end to end, fake provider over HTTP:               {over_http:8,.0f}/s"
               f"   ratio {over_http / raw:.3f}   (target >= 1,500/s;"
               f" {args.concurrency} calls in flight per sender)")  # fmt: skip
+        for label, cpu in (("in-process", memory_cpu), ("over HTTP", http_cpu)):
+            parts = ", ".join(f"{k} {v:,.0f}" for k, v in cpu.items() if v)
+            print(f"CPU per occurrence, {label} (µs): {parts}; total {sum(cpu.values()):,.0f}"
+                  f" -> at most {(os.cpu_count() or 1) * 1e6 / sum(cpu.values()):,.0f}/s on"
+                  f" {os.cpu_count()} cores")  # fmt: skip
         engine.dispose()
     finally:
         fake.terminate()
