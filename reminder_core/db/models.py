@@ -27,6 +27,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
+from reminder_core.domain.suppression import ApplyOutcome, FeedbackKind, SuppressionReason
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -79,6 +80,13 @@ class Reminder(Base):
     client_request_id: Mapped[str | None] = mapped_column(Text)
     request_fingerprint: Mapped[str | None] = mapped_column(Text)
     last_error: Mapped[str | None] = mapped_column(Text)
+    # Paused because the recipient address is on the suppression list (DESIGN §4.8): the
+    # reason shown to the user, and the case-folded address whose removal (or a profile
+    # address change, checked by the maintenance workload) resumes the reminder. NULL for
+    # a pause by the user.
+    paused_reason: Mapped[str | None] = mapped_column(Text)
+    suppressed_address: Mapped[str | None] = mapped_column(Text)
+    suppression_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
 
@@ -107,6 +115,18 @@ class Reminder(Base):
         ),
         Index("ix_reminders_user_created", "user_id", "created_at", "id"),
         Index("ix_reminders_claimed", "claimed_at", postgresql_where=text("status = 'claimed'")),
+        # Paused by a suppression: found by address (removal) and by last check (the
+        # maintenance workload's recheck of the profile address).
+        Index(
+            "ix_reminders_suppressed_address",
+            "suppressed_address",
+            postgresql_where=text("status = 'paused' AND suppressed_address IS NOT NULL"),
+        ),
+        Index(
+            "ix_reminders_suppression_check",
+            "suppression_checked_at",
+            postgresql_where=text("status = 'paused' AND suppressed_address IS NOT NULL"),
+        ),
     )
 
 
@@ -214,5 +234,66 @@ class QueueMessage(Base):
             "queue_name",
             "dead_lettered_at",
             postgresql_where=text("dead_lettered AND dead_letter_recorded_at IS NULL"),
+        ),
+    )
+
+
+class Suppression(Base):
+    """An address that is never mailed again (DESIGN §2, §4.8): a hard bounce or a
+    complaint put it here; `reminders suppressions remove` takes it off."""
+
+    __tablename__ = "suppressions"
+
+    # Case-folded (reminder_core.domain.suppression.normalize_address).
+    email: Mapped[str] = mapped_column(Text, primary_key=True)
+    reason: Mapped[str] = mapped_column(Text)
+    provider: Mapped[str | None] = mapped_column(Text)
+    source_event_id: Mapped[str | None] = mapped_column(Text)  # webhook_events.event_id
+    detail: Mapped[str | None] = mapped_column(Text)  # the provider's own words
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+
+    __table_args__ = (
+        CheckConstraint(_in("reason", [r.value for r in SuppressionReason]), name="reason"),
+        CheckConstraint("email <> ''", name="email_not_empty"),
+    )
+
+
+class WebhookEventRecord(Base):
+    """One verified provider event (bounce, complaint), stored once per provider event
+    id: a replay finds its row and changes nothing. `outcome` says what applying it did."""
+
+    __tablename__ = "webhook_events"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True, server_default=UUIDV7)
+    provider: Mapped[str] = mapped_column(Text)
+    event_id: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(Text)
+    provider_message_id: Mapped[str | None] = mapped_column(Text)
+    recipient: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text)
+    occurred_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    raw_body: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(Text)
+    # The delivery it was about (no foreign key: delivery rows are dropped by retention).
+    delivery_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        UniqueConstraint("provider", "event_id"),
+        CheckConstraint(_in("kind", [k.value for k in FeedbackKind]), name="kind"),
+        CheckConstraint(
+            _in("outcome", [o.value for o in ApplyOutcome if o is not ApplyOutcome.DUPLICATE]),
+            name="outcome",
+        ),
+        CheckConstraint(
+            "(outcome = 'unmatched') = (delivery_id IS NULL)", name="matched_has_delivery"
+        ),
+        # Unmatched events are matched again by the maintenance workload for a while (the
+        # webhook may beat the sender's commit of the provider message id).
+        Index(
+            "ix_webhook_events_unmatched",
+            "received_at",
+            postgresql_where=text("outcome = 'unmatched'"),
         ),
     )

@@ -1,0 +1,138 @@
+"""Apply one verified provider event exactly once (DESIGN §4.8, issue 6): store it, then
+change the delivery, the suppression list and the user's reminders, all in the caller's
+transaction. Signature checks and parsing happen before (webhooks.ses / resend /
+postmark); the rules are `reminder_core.domain.suppression`."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from reminder_core.db.queries import query
+from reminder_core.domain.states import DeliveryStatus
+from reminder_core.domain.suppression import ApplyOutcome, FeedbackKind, decide_feedback
+from reminder_core.suppression import apply_decision, find_delivery
+from webhooks.events import WebhookEvent
+
+__all__ = ["ApplyOutcome", "ApplyResult", "apply_event"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """What `apply_event` did. Every outcome is a success for the provider (answer 2xx).
+
+    Attributes:
+        outcome: DUPLICATE (event id seen before: nothing changed, nothing stored),
+            UNMATCHED (no delivery has that provider message id: stored only; the
+            maintenance workload retries the match for WEBHOOK_REMATCH_WINDOW_S),
+            RECORDED (soft bounce: stored, linked to its delivery, nothing else changes),
+            SUPPRESSED (hard bounce or complaint: see the other fields).
+        event_row_id: `webhook_events.id` of the stored event; None for DUPLICATE.
+        delivery_id: the delivery the event is about; None for DUPLICATE and UNMATCHED.
+        delivery_status: the delivery's new status (`bounced` / `complained`); None when
+            unchanged (soft bounce, or the delivery was no longer `sent`).
+        suppressed_address: the case-folded address on the suppression list (SUPPRESSED).
+        newly_suppressed: False when the address was already listed.
+        paused_reminder_ids: the user's reminders this event paused, ascending.
+    """
+
+    outcome: ApplyOutcome
+    event_row_id: uuid.UUID | None = None
+    delivery_id: uuid.UUID | None = None
+    delivery_status: DeliveryStatus | None = None
+    suppressed_address: str | None = None
+    newly_suppressed: bool = False
+    paused_reminder_ids: tuple[uuid.UUID, ...] = ()
+
+    @property
+    def duplicate(self) -> bool:
+        """True when the event was a replay and nothing changed."""
+        return self.outcome is ApplyOutcome.DUPLICATE
+
+
+def apply_event(
+    conn: Connection, event: WebhookEvent, *, raw_body: bytes, now: datetime
+) -> ApplyResult:
+    """Store `event` once and apply it, in the caller's transaction (the caller commits,
+    or rolls back on an exception: then nothing is stored, and the provider's retry
+    applies it again).
+
+    Steps: find the delivery by (event.provider, event.provider_message_id); insert the
+    event into `webhook_events` (unique per provider and event id: a replay inserts
+    nothing and changes nothing); for a known delivery, a hard bounce or complaint sets
+    it `bounced` / `complained` (only from `sent`) with the reason in `error`, adds the
+    recipient (case-folded) to `suppressions` and pauses the delivery's user's `pending`
+    and `claimed` reminders (`paused_reason`, `suppressed_address`). A soft bounce is
+    recorded only: the delivery stays `sent`, since the provider may still deliver it.
+
+    Args:
+        conn: a connection inside the caller's transaction.
+        event: verified and parsed (webhooks.events).
+        raw_body: the request body as received, stored for audit (as UTF-8 text,
+            undecodable bytes and NULs replaced by U+FFFD).
+        now: aware UTC; `received_at` and every `updated_at`.
+
+    Returns:
+        ApplyResult; never an error for unknown message ids or replays.
+
+    Raises:
+        ValueError: a hard bounce or complaint names no recipient and its delivery
+            recorded none (nothing was written; answer 400).
+        sqlalchemy.exc.DBAPIError: the database failed (answer 5xx: the provider retries).
+    """
+    kind = FeedbackKind(event.kind.value)
+    delivery = find_delivery(conn, event.provider, event.provider_message_id)
+    decision = decide_feedback(kind, delivery_found=delivery is not None)
+    recipient = event.recipient.strip() or (delivery.recipient if delivery else None) or ""
+    if decision.suppress is not None and not recipient:
+        raise ValueError(f"{kind.value} event {event.event_id!r} names no recipient")
+    applied = delivery is not None
+    event_row_id = conn.execute(
+        query("webhook_event_insert"),
+        {
+            "provider": event.provider,
+            "event_id": event.event_id,
+            "kind": kind.value,
+            "provider_message_id": event.provider_message_id,
+            "recipient": event.recipient,
+            "reason": event.reason,
+            "occurred_at": event.occurred_at,
+            "now": now,
+            "raw_body": _text(raw_body),
+            "outcome": decision.outcome.value,
+            "delivery_id": delivery.id if delivery else None,
+            "applied_at": now if applied else None,
+        },
+    ).scalar_one_or_none()
+    if event_row_id is None:
+        return ApplyResult(ApplyOutcome.DUPLICATE)
+    if delivery is None:
+        return ApplyResult(decision.outcome, event_row_id)
+    effects = apply_decision(
+        conn,
+        decision,
+        delivery,
+        kind=kind,
+        recipient=recipient,
+        reason=event.reason,
+        provider=event.provider,
+        event_id=event.event_id,
+        now=now,
+    )
+    return ApplyResult(
+        decision.outcome,
+        event_row_id,
+        delivery.id,
+        effects.delivery_status,
+        effects.suppressed_address,
+        effects.newly_suppressed,
+        effects.paused_reminder_ids,
+    )
+
+
+def _text(raw_body: bytes) -> str:
+    # PostgreSQL text holds neither invalid UTF-8 nor U+0000.
+    return raw_body.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
