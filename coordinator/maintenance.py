@@ -10,6 +10,11 @@
   a worker is still sending under a live lease is a duplicate of the message that worker
   holds: it is recorded only once the lease has ended (by then usually as a no-op, the
   occurrence being `sent`), never by overwriting the live `sending` row.
+- Reminders paused by a suppression (DESIGN §4.8) resume when their user's profile
+  address changed to one not suppressed, or their entry was removed: each is checked
+  every `suppression_recheck_s` (just-paused ones at the next tick).
+- Bounce and complaint events whose message id matched no delivery (the webhook beat the
+  sender's commit) are matched again for `rematch_window_s` and applied once they match.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from reminder_core.delivery import advance_reminder, zone_or_none
 from reminder_core.profiles import ProfileSource
 from reminder_core.queue import DeadLetter, Queue
 from reminder_core.scheduling import ScheduleConfig
+from reminder_core.suppression import recheck_paused, rematch_unmatched
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
@@ -44,6 +50,8 @@ class Maintenance:
         lease_s: DELIVERY_LEASE_S; a `sending` row locked more recently is held by a live
             worker.
         batch_size: most rows of each kind per tick.
+        suppression_recheck_s: SUPPRESSION_RECHECK_INTERVAL_S.
+        rematch_window_s: WEBHOOK_REMATCH_WINDOW_S (0: no rematching).
     """
 
     name = "maintenance"
@@ -59,6 +67,8 @@ class Maintenance:
         abandon_after_s: float,
         lease_s: float = 120.0,
         batch_size: int = 500,
+        suppression_recheck_s: float = 300.0,
+        rematch_window_s: float = 3600.0,
     ) -> None:
         self._engine = engine
         self._queue = queue
@@ -68,6 +78,8 @@ class Maintenance:
         self.abandon_after_s = abandon_after_s
         self.lease_s = lease_s
         self.batch_size = batch_size
+        self.suppression_recheck_s = suppression_recheck_s
+        self.rematch_window_s = rematch_window_s
 
     def run_once(self, now: datetime) -> TickResult:
         """One pass of every reaper; counts per kind."""
@@ -78,6 +90,8 @@ class Maintenance:
             "reclaimed": self.reap_claimed(now),
             "abandoned": self.abandon_sending(now),
             "dead_letters": dead_letters,
+            "rematched": self.rematch_events(now),
+            "suppression_resumed": self.resume_suppressed(now),
         }
         counts = {k: v for k, v in counts.items() if v}
         more = any(v >= self.batch_size for v in counts.values())
@@ -112,6 +126,31 @@ class Maintenance:
         if rows:
             log.warning("recorded %d abandoned deliveries as failed", len(rows))
         return len(rows)
+
+    def rematch_events(self, now: datetime) -> int:
+        """Apply unmatched bounce/complaint events whose delivery now exists; returns how
+        many (see `reminder_core.suppression.rematch_unmatched`)."""
+        if self.rematch_window_s <= 0:
+            return 0
+        with self._engine.begin() as conn:
+            return rematch_unmatched(
+                conn,
+                now=now,
+                since=now - timedelta(seconds=self.rematch_window_s),
+                limit=self.batch_size,
+            )
+
+    def resume_suppressed(self, now: datetime) -> int:
+        """Resume reminders paused by a suppression whose address changed or whose entry
+        was removed; returns how many (see `reminder_core.suppression.recheck_paused`)."""
+        return recheck_paused(
+            self._engine,
+            self._profiles,
+            now=now,
+            recheck_interval_s=self.suppression_recheck_s,
+            limit=self.batch_size,
+            config=self.schedule_config,
+        ).resumed
 
     def record_dead_letters(self, now: datetime) -> int:
         """Record each new dead letter's occurrence as failed and move its reminder on;

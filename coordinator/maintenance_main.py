@@ -19,6 +19,8 @@ def build(rt: Runtime) -> Maintenance:
         claim_timeout_s=s.claim_timeout_s,
         abandon_after_s=s.abandon_after_s,
         lease_s=s.delivery_lease_s,
+        suppression_recheck_s=s.suppression_recheck_interval_s,
+        rematch_window_s=s.webhook_rematch_window_s,
     )
 
 

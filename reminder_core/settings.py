@@ -139,6 +139,20 @@ class Settings(BaseSettings):
         gt=0,
         description="An unheld `sending` row its reminder moved past is failed after this.",
     )
+    suppression_recheck_interval_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A reminder paused by a suppression has its user's profile address"
+        " checked again this often (a just-paused one at the next maintenance tick); a"
+        " changed address resumes it.",
+    )
+    webhook_rematch_window_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="A bounce or complaint whose message id matched no delivery is matched"
+        " again by the maintenance workload for this long (the webhook may beat the"
+        " sender's commit). 0: never.",
+    )
 
     # --- retries (DESIGN §4.6) ---
     send_attempts: int = Field(

@@ -161,6 +161,114 @@ def suppressed_among(conn: Connection, addresses: Iterable[str]) -> dict[str, st
     return {r.email: r.reason for r in rows}
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why the sender does not send to an address (DESIGN §4.8).
+
+    Attributes:
+        address: the case-folded address on the suppression list.
+        error: for the occurrence's `delivery_log.error` (and a one-time reminder's
+            `last_error`).
+        paused_reason: for the reminder's `paused_reason`.
+    """
+
+    address: str
+    error: str
+    paused_reason: str
+
+
+def refusals(conn: Connection, emails: Iterable[str]) -> dict[str, Refusal]:
+    """{email as given: Refusal} for the profile addresses of a sender batch that are on
+    the suppression list (compared case-folded); one statement for the whole batch."""
+    folded = {e: a for e in set(emails) if (a := _normalized(e))}
+    listed = suppressed_among(conn, folded.values())
+    return {
+        email: _refusal(address, listed[address])
+        for email, address in folded.items()
+        if address in listed
+    }
+
+
+def paused_refusal(reminder: Row[Any], run_time_utc: datetime) -> Refusal | None:
+    """The Refusal of an occurrence whose reminder a suppression paused after it was
+    claimed (columns of reminders_for_send), None when it was not paused that way."""
+    if (
+        reminder.status != ReminderStatus.PAUSED
+        or reminder.suppressed_address is None
+        or reminder.next_run_utc != run_time_utc
+    ):
+        return None
+    return Refusal(
+        address=reminder.suppressed_address,
+        error=f"not sent: {reminder.suppressed_address} is on the suppression list",
+        paused_reason=reminder.paused_reason or pause_reason(SuppressionReason.BOUNCE),
+    )
+
+
+def _refusal(address: str, reason: str) -> Refusal:
+    return Refusal(
+        address=address,
+        error=f"not sent: {address} is on the suppression list ({reason})",
+        paused_reason=pause_reason(reason),
+    )
+
+
+def record_refusals(
+    conn: Connection,
+    refused: Iterable[tuple[uuid.UUID, datetime, Refusal]],
+    *,
+    now: datetime,
+) -> dict[uuid.UUID, ReminderStatus]:
+    """After the sender recorded occurrences `suppressed` ((reminder id, run_time_utc,
+    refusal) each): a recurring reminder still at that occurrence is `paused` (reason
+    and address recorded, so it resumes like one paused by a bounce); a one-time one has
+    nothing left to send and is `failed` with the refusal as `last_error`. In the
+    caller's transaction; one statement, reminders locked in id order.
+
+    Returns:
+        reminder id -> new status, for the reminders that changed.
+    """
+    rows = [
+        {
+            "id": rid,
+            "run_time_utc": run_time,
+            "address": r.address,
+            "paused_reason": r.paused_reason,
+            "error": r.error,
+        }
+        for rid, run_time, r in refused
+    ]
+    if not rows:
+        return {}
+    changed = conn.execute(
+        query("reminders_suppressed_at_send"), {"rows": json_rows(rows), "now": now}
+    )
+    return {r.id: ReminderStatus(r.status) for r in changed}
+
+
+def suppress_replay(
+    conn: Connection,
+    *,
+    reminder_id: uuid.UUID,
+    run_time_utc: datetime,
+    recipient: str,
+    refusal: Refusal,
+    now: datetime,
+) -> None:
+    """Record a replayed (dead-letter redriven) occurrence `suppressed` instead of sending
+    it; its unleased `sending` row ends. In the caller's transaction."""
+    conn.execute(
+        query("delivery_suppress_replay"),
+        {
+            "reminder_id": reminder_id,
+            "run_time_utc": run_time_utc,
+            "recipient": recipient,
+            "error": refusal.error,
+            "now": now,
+        },
+    )
+
+
 # --- resuming ------------------------------------------------------------------------
 
 
@@ -465,15 +573,20 @@ __all__ = [
     "DeliveryRef",
     "Effects",
     "RecheckResult",
+    "Refusal",
     "RemoveResult",
     "SuppressionEntry",
     "apply_decision",
     "find_delivery",
     "list_suppressions",
+    "paused_refusal",
     "recheck_paused",
+    "record_refusals",
+    "refusals",
     "rematch_unmatched",
     "remove_suppression",
     "resume_plan",
     "resume_reminders",
+    "suppress_replay",
     "suppressed_among",
 ]

@@ -42,6 +42,13 @@ from reminder_core.metrics import DELIVERY_LAG, SENDS
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.queue import Message, Queue
 from reminder_core.scheduling import ScheduleConfig
+from reminder_core.suppression import (
+    Refusal,
+    paused_refusal,
+    record_refusals,
+    refusals,
+    suppress_replay,
+)
 from reminder_core.worker.loop import TickResult
 from sender.providers.base import OutgoingEmail, Provider, SendReceipt
 from sender.providers.failover import FailoverProvider
@@ -66,6 +73,7 @@ class Outcome(StrEnum):
     BUSY = "busy"  # another worker holds a live lease on the occurrence
     DROPPED = "dropped"  # malformed message or unknown reminder
     RELEASED = "released"  # shutting down: handed back to the queue unattempted
+    SUPPRESSED = "suppressed"  # recipient on the suppression list; recorded, not sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +154,9 @@ class Sender:
        already due (older occurrences recorded `missed`); insert each occurrence's unique
        delivery row as `sending` with a lease, or take over an expired one. An occurrence
        that is already terminal is a duplicate; one under another worker's live lease is
-       busy and comes back when that lease ends.
+       busy and comes back when that lease ends. An occurrence whose recipient is on the
+       suppression list (one query for the batch) is recorded `suppressed` without a
+       provider call; its recurring reminder is paused, a one-time one fails (DESIGN §4.8).
     2. **Send**, outside any transaction: render at send time and call the provider, with
        in-process retries of transient errors (tenacity: full-jitter backoff, Retry-After
        honoured, bounded by the delivery budget). Up to `concurrency` sends run at once.
@@ -320,10 +330,14 @@ class Sender:
         with self._engine.begin() as conn:
             ids = id_array({w.occ.reminder_id for w in live if w.occ is not None})
             reminders = {r.id: r for r in conn.execute(query("reminders_for_send"), {"ids": ids})}
+            # Suppressed recipients are refused (DESIGN §4.8): one query for the batch.
+            blocked = refusals(conn, {w.profile.email for w in live if w.profile is not None})
+            refused: list[tuple[uuid.UUID, datetime, Refusal]] = []
             for w in live:
                 occ = w.occ
                 assert occ is not None
                 reminder = w.reminder = reminders.get(occ.reminder_id)
+                refusal = blocked.get(w.profile.email) if w.profile is not None else None
                 if reminder is None:
                     log.error("dropping message for unknown reminder %s", occ.reminder_id)
                     w.outcome = Outcome.DROPPED
@@ -341,13 +355,31 @@ class Sender:
                         },
                     )
                     w.outcome = Outcome.CANCELLED
+                elif occ.replay and refusal is not None:
+                    assert w.profile is not None
+                    suppress_replay(
+                        conn, reminder_id=occ.reminder_id, run_time_utc=occ.run_time_utc,
+                        recipient=w.profile.email, refusal=refusal, now=now,
+                    )  # fmt: skip
+                    w.outcome = Outcome.SUPPRESSED
                 elif not occ.replay and not _still_due(reminder, occ):
-                    # Outcome decided below: CANCELLED when this records the occurrence,
-                    # DUPLICATE when it already has a row (e.g. `sent` by the first copy).
+                    # Outcome decided below: CANCELLED (SUPPRESSED when a suppression
+                    # paused the reminder) when this records the occurrence, DUPLICATE
+                    # when it already has a row (e.g. `sent` by the first copy).
+                    status = DeliveryStatus.CANCELLED
+                    error = f"superseded: reminder is {reminder.status}"
+                    if (held := paused_refusal(reminder, occ.run_time_utc)) is not None:
+                        status, error = DeliveryStatus.SUPPRESSED, held.error
+                        refused.append((occ.reminder_id, occ.run_time_utc, held))
+                    terminal.append(
+                        (w, occ.reminder_id, occ.user_id, occ.run_time_utc, status, error)
+                    )
+                elif refusal is not None:
                     terminal.append(
                         (w, occ.reminder_id, occ.user_id, occ.run_time_utc,
-                         DeliveryStatus.CANCELLED, f"superseded: reminder is {reminder.status}")
+                         DeliveryStatus.SUPPRESSED, refusal.error)
                     )  # fmt: skip
+                    refused.append((occ.reminder_id, occ.run_time_utc, refusal))
                 else:
                     w.zone = zone_or_none(reminder.timezone, w.profile)
                     plan = (
@@ -392,13 +424,18 @@ class Sender:
                         },
                     )
                 }
-                for w_or_none, reminder_id, _, run_time, _, _ in terminal:
+                for w_or_none, reminder_id, _, run_time, status, _ in terminal:
                     if w_or_none is not None:
                         w_or_none.outcome = (
-                            Outcome.CANCELLED
+                            (
+                                Outcome.SUPPRESSED
+                                if status is DeliveryStatus.SUPPRESSED
+                                else Outcome.CANCELLED
+                            )
                             if (reminder_id, run_time) in recorded
                             else Outcome.DUPLICATE
                         )
+            record_refusals(conn, refused, now=now)  # pause (recurring) or fail (one-time)
             if begin:
                 self._take(conn, begin, now)
         for w in begin:

@@ -126,7 +126,7 @@ WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc AND status = '
 -- name: reminders_for_send
 SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
        start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
-       max_lateness_s
+       max_lateness_s, paused_reason, suppressed_address
 FROM reminders
 WHERE id = ANY(CAST(:ids AS uuid[]));
 
