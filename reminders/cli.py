@@ -155,6 +155,85 @@ def dlq_purge(
     typer.echo(f"purged: {count}")
 
 
+suppressions_cli = typer.Typer(
+    help="The suppression list: addresses not mailed after a hard bounce or complaint.",
+    no_args_is_help=True,
+)
+app.add_typer(suppressions_cli, name="suppressions")
+
+
+@suppressions_cli.command("list")
+def suppressions_list(
+    limit: Annotated[int, typer.Option(min=1, help="Most rows shown.")] = 100,
+) -> None:
+    """Show suppressed addresses, newest first: reason, provider and event, when, and how
+    many reminders each holds paused."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from reminder_core.suppression import list_suppressions
+
+    rt = _queue_runtime()
+    try:
+        with rt.engine.connect() as conn:
+            entries = list_suppressions(conn, limit=limit)
+    finally:
+        rt.close()
+    table = Table(title=f"suppression list ({len(entries)})")
+    table.add_column("email", no_wrap=True)  # an address must be copyable whole
+    for column in ("reason", "provider", "event", "since", "paused", "detail"):
+        table.add_column(column)
+    for e in entries:
+        table.add_row(
+            e.email,
+            e.reason.value,
+            e.provider or "",
+            e.source_event_id or "",
+            e.created_at.isoformat(timespec="seconds"),
+            str(e.paused),
+            e.detail or "",
+        )
+    Console().print(table)
+
+
+@suppressions_cli.command("remove")
+def suppressions_remove(
+    email: Annotated[str, typer.Argument(help="The address (compared case-folded).")],
+) -> None:
+    """Take EMAIL off the suppression list and resume the reminders it paused (a recurring
+    one at its first occurrence from now). Exit status 1 when EMAIL was not listed and
+    no reminder waited on it."""
+    from reminder_core.clock import utcnow
+    from reminder_core.scheduling import ScheduleConfig
+    from reminder_core.suppression import remove_suppression
+
+    if not email.strip():
+        typer.echo("error: EMAIL must not be empty", err=True)
+        raise typer.Exit(2)
+    rt = _queue_runtime()
+    try:
+        result = remove_suppression(
+            rt.engine,
+            email,
+            rt.profiles,
+            now=utcnow(),
+            config=ScheduleConfig.from_settings(rt.settings),
+        )
+    finally:
+        rt.close()
+    typer.echo(
+        f"{'removed' if result.removed else 'not on the suppression list'}: {email.strip()};"
+        f" reminders resumed: {result.resumed}"
+    )
+    if result.left_paused:
+        typer.echo(
+            f"{result.left_paused} reminders could not be resumed now (profile unavailable);"
+            " the maintenance workload resumes them"
+        )
+    if not result.removed and not result.resumed:
+        raise typer.Exit(1)
+
+
 queue_cli = typer.Typer(help="Provision the queue (SQS).", no_args_is_help=True)
 app.add_typer(queue_cli, name="queue")
 

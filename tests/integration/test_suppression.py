@@ -399,3 +399,51 @@ def test_an_address_changed_to_another_suppressed_one_stays_paused(
     r = reminder(db, sent["a"])
     assert (r.status, r.suppressed_address) == ("paused", "old@example.com")
     assert "complaint" in r.paused_reason
+
+
+def test_cli_lists_and_removes_an_entry(db, settings: Settings, database_url: str) -> None:
+    from typer.testing import CliRunner
+
+    from reminders.cli import app
+
+    env = {
+        "DATABASE_URL": database_url,
+        "QUEUE_URL": "postgres://reminders",
+        "PROFILES_FILE": str(settings.effective_profiles_file),
+        "STATE_DIR": str(settings.state_dir),
+    }
+    # A one-time reminder paused by a bounce keeps its time when it resumes.
+    rid = insert(db, "alice", rrule=None, next_run=NOW + DAY)
+    ev = event(EventKind.HARD_BOUNCE, "<m1@example.com>")
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO suppressions (email, reason, provider, source_event_id, detail)"
+                " VALUES ('alice@example.com', 'bounce', 'file', :e, :d)"
+            ),
+            {"e": ev.event_id, "d": ev.reason},
+        )
+        conn.execute(
+            text(
+                "UPDATE reminders SET status = 'paused', suppressed_address = 'alice@example.com',"
+                " paused_reason = 'bounced' WHERE id = :id"
+            ),
+            {"id": rid},
+        )
+    runner = CliRunner()
+
+    listed = runner.invoke(app, ["suppressions", "list"], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert "alice@example.com" in listed.output
+    assert "bounce" in listed.output
+
+    removed = runner.invoke(app, ["suppressions", "remove", "Alice@Example.COM"], env=env)
+    assert removed.exit_code == 0, removed.output
+    assert "reminders resumed: 1" in removed.output
+    assert suppressions(db) == []
+    r = reminder(db, rid)
+    assert (r.status, r.next_run_utc, r.suppressed_address) == ("pending", NOW + DAY, None)
+
+    again = runner.invoke(app, ["suppressions", "remove", "alice@example.com"], env=env)
+    assert again.exit_code == 1
+    assert "not on the suppression list" in again.output
