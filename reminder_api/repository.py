@@ -11,7 +11,7 @@ from sqlalchemy import select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from reminder_core.db.models import Reminder
+from reminder_core.db.models import DeliveryLog, Reminder
 from reminder_core.domain.states import CANCELLABLE, ReminderStatus
 
 
@@ -100,3 +100,16 @@ def cancel(
     return session.scalars(
         stmt, execution_options={"synchronize_session": False, "populate_existing": True}
     ).one_or_none()
+
+
+def deliveries_page(
+    session: Session, reminder_id: uuid.UUID, *, limit: int, before: datetime | None
+) -> list[DeliveryLog]:
+    """Up to `limit` delivery rows of a reminder, newest occurrence first (run_time_utc
+    descending, unique per reminder), those before `before` when given. The caller has
+    checked that the reminder is the user's."""
+    stmt = select(DeliveryLog).where(DeliveryLog.reminder_id == reminder_id)
+    if before is not None:
+        stmt = stmt.where(DeliveryLog.run_time_utc < before)
+    stmt = stmt.order_by(DeliveryLog.run_time_utc.desc()).limit(limit)
+    return list(session.scalars(stmt))

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from reminder_core.domain.states import ReminderStatus
+from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 
 MAX_TITLE = 200
 MAX_BODY = 10_000
@@ -210,6 +210,11 @@ class ReminderOut(BaseModel):
     version: int
     client_request_id: str | None
     last_error: str | None
+    paused_reason: str | None = Field(
+        default=None,
+        description="Why the system paused it (the recipient address is on the suppression"
+        " list after a bounce or complaint); null for a pause by the user.",
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -238,3 +243,29 @@ class OccurrenceList(BaseModel):
 
     timezone: str
     items: list[OccurrenceOut]
+
+
+class DeliveryOut(BaseModel):
+    """What happened to one occurrence of a reminder (its `delivery_log` row)."""
+
+    run_time_utc: datetime = Field(description="The occurrence (its due instant, UTC).")
+    status: DeliveryStatus = Field(
+        description="'sending' while in flight; then 'sent', 'failed', 'bounced', "
+        "'complained' (the provider reported a hard bounce or a spam complaint after "
+        "sending), 'suppressed' (not sent: the address is on the suppression list), "
+        "'cancelled' or 'missed' (not sent: misfire policy)."
+    )
+    provider: str | None = Field(description="Email provider that took it, if any.")
+    attempt_count: int = Field(description="Provider calls made for it.")
+    error: str | None = Field(description="Why it failed, bounced or was not sent.")
+    sent_at: datetime | None
+    updated_at: datetime
+
+
+class DeliveryPage(BaseModel):
+    """One page of GET /v1/reminders/{id}/deliveries, newest occurrence first."""
+
+    items: list[DeliveryOut]
+    next_cursor: str | None = Field(
+        description="Pass as ?cursor= for the next page; null at the end."
+    )

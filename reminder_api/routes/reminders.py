@@ -1,5 +1,5 @@
 """/v1/reminders: create (idempotent), read, list (cursor), change (If-Match), pause,
-resume, cancel, and the occurrence preview of a saved reminder."""
+resume, cancel, the occurrence preview of a saved reminder and its delivery log."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ from reminder_api.schedules import (
 )
 from reminder_api.schemas import (
     MAX_REQUEST_ID,
+    DeliveryOut,
+    DeliveryPage,
     DstPolicy,
     MisfirePolicy,
     OccurrenceList,
@@ -37,7 +39,7 @@ from reminder_api.schemas import (
 )
 from reminder_core.db.models import Reminder
 from reminder_core.domain.recurrence import next_occurrence
-from reminder_core.domain.states import ReminderStatus
+from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 from reminder_core.errors import (
     Conflict,
     InvalidInput,
@@ -74,6 +76,7 @@ def to_out(r: Reminder) -> ReminderOut:
         version=r.version,
         client_request_id=r.client_request_id,
         last_error=r.last_error,
+        paused_reason=r.paused_reason,
         created_at=r.created_at,
         updated_at=r.updated_at,
     )
@@ -435,9 +438,14 @@ def pause_reminder(
     """Stop sending until resumed; an occurrence claimed but not sent is not sent.
     With `If-Match`, only if the reminder is still at that version (else 412)."""
     r = _lock_current(session, user_id, reminder_id, if_match)
-    if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED):
+    if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED) or (
+        r.status == ReminderStatus.PAUSED and r.suppressed_address is not None
+    ):
+        # A reminder paused by a suppression becomes the user's pause: it no longer
+        # resumes by itself when the address changes.
         r.status = ReminderStatus.PAUSED.value
         r.claimed_by = r.claimed_at = None
+        _clear_suppression(r)
         r.version += 1
         r.updated_at = ctx.clock()
         session.commit()
@@ -459,7 +467,9 @@ def resume_reminder(
     """Send again. A recurring reminder continues with its first occurrence from now
     (occurrences during the pause are not sent); a one-time reminder whose time passed
     while paused is sent now, subject to its misfire policy. With `If-Match`, only if
-    the reminder is still at that version (else 412)."""
+    the reminder is still at that version (else 412). A reminder paused by a suppression
+    resumes too; while its address stays suppressed, its next occurrence is recorded
+    `suppressed` and the reminder paused again."""
     r = _lock_current(session, user_id, reminder_id, if_match)
     if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED):
         response.headers["ETag"] = etag(r)
@@ -477,6 +487,7 @@ def resume_reminder(
         r.status = (ReminderStatus.PENDING if found else ReminderStatus.COMPLETED).value
     else:
         r.status = ReminderStatus.PENDING.value
+    _clear_suppression(r)
     r.version += 1
     r.updated_at = now
     session.commit()
@@ -505,3 +516,60 @@ def list_occurrences(
     after = r.next_run_utc if r.status != ReminderStatus.PAUSED or r.rrule is None else now
     config = ctx.schedule_config
     return occurrence_list(schedule_of(stored_of(r), config), zone, after, limit, config)
+
+
+def _clear_suppression(r: Reminder) -> None:
+    r.paused_reason = r.suppressed_address = r.suppression_checked_at = None
+
+
+@router.get("/{reminder_id}/deliveries", response_model=DeliveryPage)
+def list_deliveries(
+    reminder_id: uuid.UUID,
+    user_id: User,
+    session: Db,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> DeliveryPage:
+    """What happened to each occurrence, newest first: its state (including `bounced`,
+    `complained` and `suppressed`), provider, attempts, error and when it was sent.
+    `next_cursor` is null on the last page; another user's reminder answers 404."""
+    if repository.get(session, user_id, reminder_id) is None:
+        raise NotFound(f"reminder {reminder_id} not found")
+    before = _decode_run_time(cursor) if cursor else None
+    rows = repository.deliveries_page(session, reminder_id, limit=limit + 1, before=before)
+    page, more = rows[:limit], len(rows) > limit
+    return DeliveryPage(
+        items=[
+            DeliveryOut(
+                run_time_utc=d.run_time_utc,
+                status=DeliveryStatus(d.status),
+                provider=d.provider,
+                attempt_count=d.attempt_count,
+                error=d.error,
+                sent_at=d.sent_at,
+                updated_at=d.updated_at,
+            )
+            for d in page
+        ],
+        next_cursor=_encode_run_time(page[-1].run_time_utc) if more and page else None,
+    )
+
+
+def _encode_run_time(run_time: datetime) -> str:
+    return base64.urlsafe_b64encode(run_time.isoformat().encode()).decode().rstrip("=")
+
+
+def _decode_run_time(cursor: str) -> datetime:
+    """Inverse of `_encode_run_time`.
+
+    Raises:
+        InvalidInput: ("cursor") not a cursor this API produced.
+    """
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        run_time = datetime.fromisoformat(raw)
+        if run_time.tzinfo is None:
+            raise ValueError("naive")
+        return run_time
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise InvalidInput("cursor", "is not a cursor returned by this API") from None
