@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+import httpx
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import Engine, text
@@ -19,6 +20,8 @@ from reminder_core.db.session import make_sessionmaker
 from reminder_core.profiles import ProfileSource
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
+from webhooks.router import PREFIX as WEBHOOKS_PREFIX
+from webhooks.router import WebhookConfig, build_router
 
 MAX_BODY_BYTES = 64 * 1024
 
@@ -29,6 +32,7 @@ def create_app(
     profiles: ProfileSource,
     *,
     clock: Callable[[], datetime] = utcnow,
+    webhook_http: httpx.Client | None = None,
 ) -> FastAPI:
     """Build the API application.
 
@@ -37,9 +41,12 @@ def create_app(
         engine: database engine (already migrated).
         profiles: where a user's default timezone comes from.
         clock: current time, aware UTC (tests pass a fixed one).
+        webhook_http: client for the SNS webhook's certificate and confirmation requests
+            (tests route the SNS host to a local server); default: its own.
 
     Raises:
         RuntimeError: no JWT key is configured or stored.
+        ValueError: WEBHOOK_RESEND_SECRET is not a whsec_<base64> secret.
     """
     app = FastAPI(
         title="Reminders",
@@ -56,10 +63,19 @@ def create_app(
         schedule_config=ScheduleConfig.from_settings(settings),
     )
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=MAX_BODY_BYTES,
+        prefix_limits={WEBHOOKS_PREFIX + "/": settings.webhook_max_body_bytes},
+    )
 
     app.include_router(reminders.router)
     app.include_router(occurrences.router)
+    app.include_router(
+        build_router(
+            WebhookConfig.from_settings(settings), engine=engine, clock=clock, http=webhook_http
+        )
+    )
 
     @app.get("/healthz", tags=["operations"])
     def healthz() -> dict[str, str]:
@@ -90,19 +106,29 @@ class BodyLimit:
     without one (chunked transfer coding) is counted as it is received, and the read that
     crosses the limit raises `RequestTooLarge` (an HTTPException, so FastAPI's body parser
     lets it through to the problem+json handler instead of turning it into a 400).
+    `prefix_limits` gives paths under a prefix their own limit (webhooks: SNS messages
+    alone may reach 256 KiB).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, prefix_limits: dict[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.prefix_limits = prefix_limits or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        detail = f"request bodies are limited to {self.max_bytes} bytes"
+        path: str = scope["path"]
+        max_bytes = next(
+            (n for prefix, n in self.prefix_limits.items() if path.startswith(prefix)),
+            self.max_bytes,
+        )
+        detail = f"request bodies are limited to {max_bytes} bytes"
         length = Headers(scope=scope).get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+        if length is not None and (not length.isdigit() or int(length) > max_bytes):
             response = problem(
                 413, "Request too large", detail, kind="too-large", instance=scope["path"]
             )
@@ -115,7 +141,7 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > max_bytes:
                     raise RequestTooLarge(detail)
             return message
 

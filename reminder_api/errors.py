@@ -14,10 +14,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from reminder_core.errors import (
     Conflict,
     DomainError,
+    Forbidden,
     InfrastructureError,
     InvalidInput,
+    MalformedBody,
     NotFound,
+    PayloadTooLarge,
     PreconditionFailed,
+    Unauthenticated,
 )
 from reminder_core.tokens import TokenError, verify_token
 
@@ -36,6 +40,19 @@ class RequestTooLarge(StarletteHTTPException):
 
     def __init__(self, detail: str) -> None:
         super().__init__(413, detail)
+
+
+#: (family, status, title, problem type slug) of each DomainError family; any other
+#: DomainError is a 400 "Bad request".
+_DOMAIN_PROBLEMS: tuple[tuple[type[DomainError], int, str, str], ...] = (
+    (Unauthenticated, 401, "Unauthorized", "unauthorized"),
+    (Forbidden, 403, "Forbidden", "forbidden"),
+    (NotFound, 404, "Not found", "not-found"),
+    (Conflict, 409, "Conflict", "conflict"),
+    (PreconditionFailed, 412, "Precondition failed", "stale-version"),
+    (PayloadTooLarge, 413, "Request too large", "too-large"),
+    (MalformedBody, 400, "Malformed body", "malformed-body"),
+)
 
 
 def problem(
@@ -175,14 +192,19 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DomainError)
     async def domain(request: Request, exc: DomainError) -> JSONResponse:
-        status, title, kind = 400, "Bad request", "bad-request"
-        if isinstance(exc, NotFound):
-            status, title, kind = 404, "Not found", "not-found"
-        elif isinstance(exc, Conflict):
-            status, title, kind = 409, "Conflict", "conflict"
-        elif isinstance(exc, PreconditionFailed):
-            status, title, kind = 412, "Precondition failed", "stale-version"
-        return problem(status, title, str(exc), kind=kind, instance=request.url.path)
+        status, title, kind = next(
+            ((s, t, k) for family, s, t, k in _DOMAIN_PROBLEMS if isinstance(exc, family)),
+            (400, "Bad request", "bad-request"),
+        )
+        challenge = exc.challenge if isinstance(exc, Unauthenticated) else None
+        return problem(
+            status,
+            title,
+            str(exc),
+            kind=kind,
+            headers={"WWW-Authenticate": challenge} if challenge else None,
+            instance=request.url.path,
+        )
 
     @app.exception_handler(TokenError)
     async def token(request: Request, exc: TokenError) -> JSONResponse:

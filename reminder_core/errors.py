@@ -5,8 +5,12 @@
     │   ├── NotFound                   no such object for this user
     │   ├── Conflict                   the object's state forbids the change (idempotency clash)
     │   ├── PreconditionFailed         If-Match names a version that is no longer current
-    │   └── InvalidInput               a request field cannot be accepted (field + reason)
-    │       └── InvalidSchedule        a schedule field (start_local, timezone, rrule, ...)
+    │   ├── InvalidInput               a request field cannot be accepted (field + reason)
+    │   │   └── InvalidSchedule        a schedule field (start_local, timezone, rrule, ...)
+    │   ├── Unauthenticated            a signature or credentials did not verify (webhooks)
+    │   ├── Forbidden                  authentic, but not from a source we accept (SNS topic)
+    │   ├── MalformedBody              a request body that cannot be parsed (not JSON, bad shape)
+    │   └── PayloadTooLarge            a request body over its size limit
     ├── DeliveryError                  sending one occurrence failed
     │   ├── TransientDeliveryError     retry later (timeouts, 429, 5xx); may carry retry_after_s
     │   └── PermanentDeliveryError     never retry (400/422, render error, bad address)
@@ -54,6 +58,34 @@ class InvalidInput(DomainError):
 
 class InvalidSchedule(InvalidInput):
     """A schedule field (start_local, timezone, ...) cannot be accepted."""
+
+
+class Unauthenticated(DomainError):
+    """A webhook signature, or the credentials sent with it, did not verify.
+
+    Nothing in the request may be trusted or applied (answered 401).
+
+    Attributes:
+        challenge: the WWW-Authenticate challenge to answer with (RFC 9110 §11.6.1), e.g.
+            'Basic realm="webhooks"'; None where the scheme is a signature, not a header.
+    """
+
+    def __init__(self, message: str, *, challenge: str | None = None) -> None:
+        super().__init__(message)
+        self.challenge = challenge
+
+
+class Forbidden(DomainError):
+    """The request is authentic but comes from a source we do not accept, such as an SNS
+    topic that is not configured (answered 403); nothing is applied."""
+
+
+class MalformedBody(DomainError):
+    """The request body cannot be parsed: not JSON, or not the documented shape (400)."""
+
+
+class PayloadTooLarge(DomainError):
+    """The request body is over its size limit (answered 413)."""
 
 
 class DeliveryError(ReminderError):

@@ -6,13 +6,20 @@ variable is the field name in upper case (e.g. `DATABASE_URL`, `POLL_INTERVAL_S`
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import time
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# An SNS topic ARN: arn:<partition>:sns:<region>:<12-digit account>:<name>[.fifo]
+# (AWS General Reference, "Amazon Resource Names"; SNS CreateTopic name rules).
+SNS_TOPIC_ARN = re.compile(
+    r"arn:aws(?:-[a-z]+)*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}(?:\.fifo)?"
+)
 
 
 class Settings(BaseSettings):
@@ -231,6 +238,46 @@ class Settings(BaseSettings):
         pattern=r"^(redis|rediss|unix)://",
         description="Redis shared by every sender for the breaker state. Unset: per process.",
     )
+
+    # --- inbound webhooks (DESIGN §5; see webhooks/) ---
+    webhook_sns_topic_arns: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="SNS topic ARNs (comma-separated) whose SES events POST /v1/webhooks/ses"
+        " accepts and whose subscriptions it confirms. Empty: that endpoint answers 404.",
+    )
+    webhook_resend_secret: SecretStr | None = Field(
+        default=None,
+        description="Resend webhook signing secret (whsec_...). Unset: /v1/webhooks/resend 404.",
+    )
+    webhook_postmark_user: SecretStr | None = Field(
+        default=None, description="HTTP basic auth user Postmark sends with its webhooks."
+    )
+    webhook_postmark_password: SecretStr | None = Field(
+        default=None,
+        description="HTTP basic auth password of the Postmark webhooks. Unset (or no user):"
+        " /v1/webhooks/postmark answers 404.",
+    )
+    webhook_max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="Largest webhook request body; larger ones answer 413.",
+    )
+
+    @field_validator("webhook_sns_topic_arns", mode="before")
+    @classmethod
+    def _split_topic_arns(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("webhook_sns_topic_arns")
+    @classmethod
+    def _check_topic_arns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in value:
+            if not SNS_TOPIC_ARN.fullmatch(arn):
+                raise ValueError(f"not an SNS topic ARN: {arn!r}")
+        return value
 
     # --- process ---
     shutdown_grace_s: float = Field(default=20.0, gt=0)

@@ -1,0 +1,150 @@
+"""Resend webhooks: Standard Webhooks signatures (svix-id / svix-timestamp /
+svix-signature) checked with the `svix` library, and `email.bounced` /
+`email.complained` events parsed into `WebhookEvent`s.
+
+Sources:
+- Standard Webhooks specification (signature = base64 HMAC-SHA256 of
+  "<id>.<timestamp>.<body>" with the secret after "whsec_"; "v1,<sig>" entries separated
+  by spaces; timestamps outside a tolerance refused); svix's `Webhook.verify` implements
+  it with a 5-minute tolerance on either side of the current time.
+- Resend docs, "Webhooks" / "Verify webhooks requests" (Resend signs with Svix) and the
+  event pages `email.bounced` and `email.complained` (payload: `type`, `created_at`,
+  `data.email_id`, `data.to`, `data.bounce.{type, subType, message}`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+
+from svix.webhooks import Webhook, WebhookVerificationError
+
+from reminder_core.errors import MalformedBody, Unauthenticated
+from webhooks.events import EventKind, WebhookEvent
+from webhooks.parsing import instant, parse_json_object, reason
+
+PROVIDER = "resend"
+SIGNATURE_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
+#: Longest svix-id we store as an event id (Svix ids are "msg_" + 27 characters).
+MAX_EVENT_ID = 255
+
+
+class ResendVerifier:
+    """Checks Resend's Svix signature on a raw request body.
+
+    Args:
+        secret: the endpoint's signing secret as Resend shows it ("whsec_" + base64).
+
+    Raises:
+        ValueError: the secret is empty or not base64 (a configuration error: raised when
+            the app is built, not per request).
+    """
+
+    def __init__(self, secret: str) -> None:
+        try:
+            key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError("the Resend webhook secret is not a whsec_<base64> secret") from exc
+        if not key:
+            raise ValueError("the Resend webhook secret is empty")
+        self._webhook = Webhook(secret)
+
+    def verify(self, body: bytes, headers: Mapping[str, str]) -> str:
+        """Verify the signature of `body` and return its svix-id (the event id).
+
+        Only the three svix-* headers are passed on (header names are matched without
+        regard to case). The timestamp must lie within svix's tolerance (5 minutes) of
+        the current wall-clock time; a replay inside that window verifies again and is
+        deduplicated by its svix-id when applied.
+
+        Raises:
+            Unauthenticated: a header missing or malformed, a timestamp too old or too new,
+                no matching "v1" signature, or a body that is not UTF-8 (it cannot have
+                been signed as sent).
+        """
+        lowered = {k.lower(): v for k, v in headers.items()}
+        picked = {name: lowered.get(name, "") for name in SIGNATURE_HEADERS}
+        try:
+            self._webhook.verify(body, picked)
+        except (WebhookVerificationError, ValueError, TypeError, OverflowError) as exc:
+            # ValueError covers a signature entry without "," (unpacking), base64 errors
+            # (binascii.Error) and a body that is not UTF-8 (UnicodeDecodeError).
+            raise Unauthenticated(f"Resend signature does not verify: {exc}") from exc
+        return picked["svix-id"]
+
+
+def parse_resend_events(event_id: str, body: bytes) -> list[WebhookEvent]:
+    """The bounce and complaint events of one verified Resend webhook.
+
+    - `email.bounced`: a HARD_BOUNCE when `data.bounce.type` is "Permanent" or absent
+      (Resend: "the recipient's mail server permanently rejected the email"), a
+      SOFT_BOUNCE for "Transient", "Undetermined" or any other type; reason
+      "<type>/<subType>[: <message>]".
+    - `email.complained`: a COMPLAINT, reason "complaint".
+    - Any other type (email.sent, email.delivered, email.opened, ...): no event.
+
+    One event per address of `data.to` (a list, or a single string); event_id is the
+    svix-id, with "#<i>" appended when there are several addresses. provider_message_id
+    is `data.email_id`, the id Resend returned for the send; occurred_at is the top-level
+    `created_at`.
+
+    Raises:
+        MalformedBody: not a JSON object, or a bounce/complaint without `data.email_id`
+            or recipients, or an event id over 255 characters.
+    """
+    document = parse_json_object(body)
+    kind_name = document.get("type")
+    if kind_name not in ("email.bounced", "email.complained"):
+        return []
+    if len(event_id) > MAX_EVENT_ID:
+        raise MalformedBody(f"svix-id longer than {MAX_EVENT_ID} characters")
+    data = document.get("data")
+    if not isinstance(data, dict):
+        raise MalformedBody(f"Resend {kind_name} without a data object")
+    email_id = data.get("email_id")
+    if not isinstance(email_id, str) or not email_id:
+        raise MalformedBody(f"Resend {kind_name} without data.email_id")
+    recipients = _recipients(data.get("to"))
+    if kind_name == "email.bounced":
+        kind, text = _bounce(data.get("bounce"))
+    else:
+        kind, text = EventKind.COMPLAINT, "complaint"
+    occurred_at = instant(document.get("created_at"))
+    return [
+        WebhookEvent(
+            provider=PROVIDER,
+            event_id=event_id if len(recipients) == 1 else f"{event_id}#{index}",
+            kind=kind,
+            provider_message_id=email_id,
+            recipient=address,
+            reason=reason(text),
+            occurred_at=occurred_at,
+        )
+        for index, address in enumerate(recipients)
+    ]
+
+
+def _recipients(to: object) -> list[str]:
+    addresses = [to] if isinstance(to, str) else to
+    if (
+        not isinstance(addresses, list)
+        or not addresses
+        or not all(isinstance(a, str) and "@" in a for a in addresses)
+    ):
+        raise MalformedBody("Resend event without recipient addresses in data.to")
+    return [a.strip() for a in addresses]
+
+
+def _bounce(bounce: object) -> tuple[EventKind, str]:
+    if bounce is None:
+        return EventKind.HARD_BOUNCE, "Permanent/unspecified"
+    if not isinstance(bounce, dict):
+        raise MalformedBody("Resend data.bounce is not an object")
+    bounce_type = bounce.get("type", "Permanent")
+    # Only a documented permanent bounce suppresses; anything else is recorded only.
+    kind = EventKind.HARD_BOUNCE if bounce_type == "Permanent" else EventKind.SOFT_BOUNCE
+    sub_type = bounce.get("subType")
+    text = f"{bounce_type}/{sub_type if isinstance(sub_type, str) else 'unspecified'}"
+    message = bounce.get("message")
+    return kind, f"{text}: {message}" if isinstance(message, str) and message else text
