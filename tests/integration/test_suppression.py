@@ -447,3 +447,52 @@ def test_cli_lists_and_removes_an_entry(db, settings: Settings, database_url: st
     again = runner.invoke(app, ["suppressions", "remove", "alice@example.com"], env=env)
     assert again.exit_code == 1
     assert "not on the suppression list" in again.output
+
+
+def test_a_replayed_dead_letter_to_a_suppressed_address_is_not_sent(
+    db, queue, settings, provider
+) -> None:
+    from reminder_core.dlq import replay
+
+    # A one-time reminder of bob that failed through the dead-letter queue...
+    rid = insert(db, "bob", rrule=None, status="failed", next_run=NOW)
+    with db.begin() as conn:
+        conn.execute(text("UPDATE reminders SET next_run_utc = NULL WHERE id = :id"), {"id": rid})
+        conn.execute(
+            text(
+                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status, error)"
+                " VALUES (:r, 'bob', :t, 'failed', 'dead-lettered after 5 receives')"
+            ),
+            {"r": rid, "t": NOW},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO queue_messages (queue_name, body, visible_at, receive_count,"
+                " dead_lettered, dead_lettered_at) VALUES ('reminders', CAST(:b AS jsonb),"
+                " :t, 5, true, :t)"
+            ),
+            {
+                "b": json.dumps(
+                    {
+                        "reminder_id": rid,
+                        "user_id": "bob",
+                        "version": 1,
+                        "run_time_utc": NOW.isoformat(),
+                    }
+                ),
+                "t": NOW,
+            },
+        )
+        # ...while his address got suppressed (e.g. a complaint about another email).
+        conn.execute(
+            text("INSERT INTO suppressions (email, reason) VALUES ('bob@example.com', 'complaint')")
+        )
+    later = NOW + timedelta(hours=1)
+    assert replay(db, queue, None, now=later).redriven == 1
+
+    counts = make_sender(db, queue, settings, provider, Clock(later)).run_once(later).counts
+    assert counts == {"suppressed": 1}
+    assert provider.calls == []
+    d = delivery(db, rid, NOW)
+    assert d.status == "suppressed"
+    assert "bob@example.com is on the suppression list (complaint)" in d.error
