@@ -25,17 +25,24 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 from sqlalchemy import Engine, text
 from svix.webhooks import Webhook
 
+from coordinator.service import Coordinator
 from reminder_api.app import create_app
 from reminder_core.profiles import LocalProfileSource
+from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
+from sender.providers.resend import ResendProvider
 from tests.integration.api_support import Clock
 from tests.integration.test_api import assert_problem
+from tests.integration.test_sender import Clock as SenderClock
+from tests.integration.test_sender import make_sender
+from tests.support.fake_provider import FakeProvider
 from tests.support.sns import (
     CERT_PATH,
     SNS_HOST,
@@ -530,3 +537,69 @@ def test_unconfigured_providers_answer_404(
     )
     with TestClient(app) as unconfigured:
         assert_problem(unconfigured.post(url, content=b"{}"), 404)
+
+
+# == end to end =======================================================================
+
+
+def test_a_sent_email_that_bounces_pauses_its_reminder_and_is_not_sent_again(
+    db: Engine, settings: Settings
+) -> None:
+    """Issue 6, "End to end": a reminder is sent (through the Resend adapter, to a local
+    server speaking Resend's API), its provider id comes back in a signed hard-bounce
+    webhook, the delivery becomes `bounced`, the address is suppressed, the reminder is
+    paused, and its next occurrence is not sent."""
+    start = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)  # daily at 12:00 UTC
+    queue = PostgresQueue(db, name="reminders", max_receive_count=5)
+    fake = FakeProvider().start()
+    http = httpx.Client()
+    try:
+        provider = ResendProvider(http, base_url=fake.url, api_key="re_test_key")
+        with db.begin() as conn:
+            reminder_id = conn.execute(
+                text(
+                    "INSERT INTO reminders (user_id, title, start_local, timezone, rrule,"
+                    " next_run_utc, status) VALUES ('alice', 'Water the plants',"
+                    " '2030-01-01T12:00', 'UTC', 'FREQ=DAILY', :next, 'pending') RETURNING id"
+                ),
+                {"next": start},
+            ).scalar_one()
+
+        def tick(now: datetime) -> dict[str, int]:
+            Coordinator(db, queue, lookahead_s=0, batch_size=10, worker_id="c").run_once(now)
+            return make_sender(db, queue, settings, provider, SenderClock(now)).run_once(now).counts
+
+        assert tick(start) == {"sent": 1}
+        [message_id] = [m["id"] for m in fake.state.accepted.values()]
+
+        bounced = json.loads(json.dumps(RESEND_BOUNCED))
+        bounced["data"]["email_id"] = message_id
+        bounced["data"]["to"] = ["alice@example.com"]  # alice's profile address (conftest)
+        body = raw(bounced)
+        configured = settings.model_copy(update={"webhook_resend_secret": SecretStr(RESEND_SECRET)})
+        app = create_app(
+            configured,
+            db,
+            LocalProfileSource(configured.effective_profiles_file),
+            clock=Clock(start + timedelta(minutes=5)),
+        )
+        with TestClient(app) as api:
+            resp = api.post(RESEND_URL, content=body, headers=resend_headers(body))
+        assert resp.status_code == 200, resp.text
+
+        with db.connect() as conn:
+            deliveries = conn.execute(
+                text("SELECT status FROM delivery_log WHERE reminder_id = :r"), {"r": reminder_id}
+            ).scalars()
+            assert list(deliveries) == ["bounced"]
+            status = conn.execute(
+                text("SELECT status FROM reminders WHERE id = :r"), {"r": reminder_id}
+            ).scalar_one()
+        assert status == "paused"
+        assert suppressed(db) == ["alice@example.com"]
+
+        tick(start + timedelta(days=1))  # the next occurrence's time
+        assert len(fake.state.accepted) == 1  # not sent again
+    finally:
+        http.close()
+        fake.stop()
