@@ -15,6 +15,8 @@
   every `suppression_recheck_s` (just-paused ones at the next tick).
 - Bounce and complaint events whose message id matched no delivery (the webhook beat the
   sender's commit) are matched again for `rematch_window_s` and applied once they match.
+- The backlog gauges (next_run_lag_seconds, outbox, queue and DLQ depth, ...) are
+  computed here, once per tick, rather than by every pod on every scrape.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 
+from reminder_core.backlog import refresh_backlog_gauges
 from reminder_core.db.queries import query
 from reminder_core.delivery import advance_reminder, zone_or_none
 from reminder_core.profiles import ProfileSource
@@ -82,7 +85,8 @@ class Maintenance:
         self.rematch_window_s = rematch_window_s
 
     def run_once(self, now: datetime) -> TickResult:
-        """One pass of every reaper; counts per kind."""
+        """One pass of every reaper, then the backlog gauges
+        (`reminder_core.backlog.refresh_backlog_gauges`); counts per kind."""
         # Dead letters first: their reminders are claimed too, and must move on rather
         # than be re-driven for another round of failing sends.
         dead_letters = self.record_dead_letters(now)
@@ -95,6 +99,7 @@ class Maintenance:
         }
         counts = {k: v for k, v in counts.items() if v}
         more = any(v >= self.batch_size for v in counts.values())
+        refresh_backlog_gauges(self._engine, self._queue, now)
         return TickResult(processed=sum(counts.values()), more=more, counts=counts)
 
     def reap_claimed(self, now: datetime) -> int:

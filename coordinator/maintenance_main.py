@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from coordinator.maintenance import Maintenance
 from reminder_core.logging import configure_logging
+from reminder_core.metrics import register_backlog_gauges
 from reminder_core.runtime import Runtime, open_runtime, run_services
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 
 
 def build(rt: Runtime) -> Maintenance:
+    """The maintenance service of this process; side effect: registers the backlog gauges
+    it computes, so this process's /metrics exports them."""
+    register_backlog_gauges()
     s = rt.settings
     return Maintenance(
         rt.engine,

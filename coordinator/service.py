@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from reminder_core.db.queries import query
+from reminder_core.metrics import CLAIMS, CLAIMS_PER_TICK, PUBLISHED
 from reminder_core.outbox import publish_outbox_rows
 from reminder_core.queue import Queue
 from reminder_core.worker.loop import TickResult
@@ -78,12 +79,19 @@ class Coordinator:
         return [(r.id, dict(r.payload)) for r in rows]
 
     def run_once(self, now: datetime) -> TickResult:
-        """Claim one batch, then publish it (a failed publish is left to the sweeper)."""
+        """Claim one batch, then publish it (a failed publish is left to the sweeper).
+
+        Metrics: reminders_claims_total, reminders_claims_per_tick,
+        reminders_outbox_published_total{path="fast"}.
+        """
         claimed = self.claim(now)
+        CLAIMS.inc(len(claimed))
+        CLAIMS_PER_TICK.observe(len(claimed))
         published = 0
         if claimed:
             try:
                 published = publish_outbox_rows(self._engine, self._queue, claimed, now=now)
+                PUBLISHED.labels(path="fast").inc(published)
             except Exception:
                 log.exception(
                     "publishing %d claimed occurrences failed; the outbox sweeper will retry",

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 
 from reminder_core.db.queries import id_array, query
+from reminder_core.metrics import PUBLISHED
 from reminder_core.outbox import message_delay_s
 from reminder_core.queue import Queue
 from reminder_core.worker.loop import TickResult
@@ -34,7 +35,8 @@ class OutboxSweeper:
         self.batch_size = batch_size
 
     def run_once(self, now: datetime) -> TickResult:
-        """Publish one batch of stale unpublished rows; commit marks them published."""
+        """Publish one batch of stale unpublished rows; commit marks them published
+        (reminders_outbox_published_total{path="sweeper"} counts them after the commit)."""
         with self._engine.begin() as conn:
             rows = conn.execute(
                 query("outbox_lock_unpublished"),
@@ -49,6 +51,7 @@ class OutboxSweeper:
             conn.execute(
                 query("outbox_mark_published"), {"ids": id_array(r.id for r in rows), "now": now}
             )
+        PUBLISHED.labels(path="sweeper").inc(len(rows))
         return TickResult(
             processed=len(rows),
             more=len(rows) >= self.batch_size,

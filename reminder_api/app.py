@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reminder_api.deps import AppContext
 from reminder_api.errors import RequestTooLarge, install_error_handlers, problem
+from reminder_api.metrics import RequestMetrics
 from reminder_api.routes import occurrences, reminders
 from reminder_core.clock import utcnow
 from reminder_core.db.session import make_sessionmaker
@@ -68,6 +69,7 @@ def create_app(
         max_bytes=MAX_BODY_BYTES,
         prefix_limits={WEBHOOKS_PREFIX + "/": settings.webhook_max_body_bytes},
     )
+    app.add_middleware(RequestMetrics)  # added last: outermost, counts BodyLimit's 413s
 
     app.include_router(reminders.router)
     app.include_router(occurrences.router)

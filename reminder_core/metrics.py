@@ -1,22 +1,91 @@
-"""Prometheus metrics shared by the workloads (names of DESIGN §6)."""
+"""Prometheus metrics of every workload (names of DESIGN §6; the list is in README.md).
+
+Metrics live in the default registry (`prometheus_client.REGISTRY`) and are served on
+`/metrics`: by the API on its own port, by each worker on METRICS_PORT
+(`reminder_core.metrics_server`). Defining a metric has no side effect beyond the
+registry; nothing is served at import time.
+
+The backlog gauges (`BACKLOG_GAUGES`: next_run_lag, outbox, queue and DLQ depth, ...) need
+database or queue queries, so only the maintenance workload computes them, each tick
+(`reminder_core.backlog.refresh_backlog_gauges`). They are created unregistered and the
+maintenance process registers them (`register_backlog_gauges`): another workload does not
+export a stale 0 that would hide the real value (or the absence of any maintenance).
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Enum, Histogram
+import weakref
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Enum, Gauge, Histogram
+
+from reminder_core.errors import (
+    InfrastructureError,
+    PermanentDeliveryError,
+    TransientDeliveryError,
+)
+
+# --- coordinator and outbox sweeper ---------------------------------------------------
 
 CLAIMS = Counter("reminders_claims_total", "Occurrences claimed into the outbox.")
-PUBLISHED = Counter(
-    "reminders_outbox_published_total", "Outbox rows published to the queue.", ["path"]
+CLAIMS_PER_TICK = Histogram(
+    "reminders_claims_per_tick",
+    "Reminders claimed by one coordinator tick (at most CLAIM_BATCH_SIZE).",
+    buckets=(0, 1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10_000),
 )
+PUBLISHED = Counter(
+    "reminders_outbox_published_total",
+    "Outbox rows published to the queue, by path: fast (coordinator, right after the"
+    " claim) or sweeper (the safety net).",
+    ["path"],
+)
+
+# --- the shared worker loop (reminder_core/worker/loop.py) --------------------------------
+
+TICK_DURATION = Histogram(
+    "reminders_tick_duration_seconds",
+    "Duration of one tick of a worker loop (run_once), seconds, failed ticks included.",
+    ["workload"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+TICK_FAILURES = Counter(
+    "reminders_tick_failures_total", "Ticks that raised (the loop backs off).", ["workload"]
+)
+HEARTBEAT = Gauge(
+    "reminders_worker_heartbeat_timestamp_seconds",
+    "Unix time at which a worker loop last started or finished a tick.",
+    ["workload"],
+)
+
+# --- sender -----------------------------------------------------------------------------
+
 SENDS = Counter(
     "reminders_sends_total",
-    "Occurrences handled by the sender, by provider and outcome.",
+    "Occurrences handled by the sender, by provider and outcome (sent, failed, retry,"
+    " duplicate, cancelled, missed, busy, dropped, released).",
     ["provider", "outcome"],
+)
+SEND_FAILURES = Counter(
+    "reminders_send_failures_total",
+    "Occurrences whose handling ended failed (permanent) or handed back for a retry, by"
+    " provider and error class (permanent, transient, ambiguous, infrastructure,"
+    " unexpected).",
+    ["provider", "error_class"],
 )
 DELIVERY_LAG = Histogram(
     "delivery_lag_seconds",
     "sent_at - run_time_utc of each sent occurrence, seconds.",
-    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 180, 300, 600, 1800, 3600),
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 150, 180, 300, 600, 1800, 3600),
+)
+PROVIDER_REQUESTS = Counter(
+    "reminders_provider_requests_total",
+    "Calls to an email provider, by provider and result (ok, or the error class).",
+    ["provider", "result"],
+)
+PROVIDER_LATENCY = Histogram(
+    "reminders_provider_request_duration_seconds",
+    "Duration of one call to an email provider, seconds, failures included.",
+    ["provider"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60),
 )
 BREAKER_STATE = Enum(
     "reminders_provider_breaker_state",
@@ -24,3 +93,106 @@ BREAKER_STATE = Enum(
     ["provider"],
     states=["closed", "open", "half-open"],
 )
+
+# --- API ----------------------------------------------------------------------------------
+
+API_REQUESTS = Counter(
+    "reminders_api_requests_total",
+    "HTTP requests answered by the API, by method, route template and status code.",
+    ["method", "route", "status"],
+)
+API_LATENCY = Histogram(
+    "reminders_api_request_duration_seconds",
+    "Time to answer one HTTP request, seconds, by method and route template.",
+    ["method", "route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+# --- backlog gauges: computed and exported by the maintenance workload only ---------------
+
+NEXT_RUN_LAG = Gauge(
+    "next_run_lag_seconds",
+    "now - the oldest next_run_utc of a due reminder not yet delivered (status pending or"
+    " claimed), seconds; 0 when none is due.",
+    registry=None,
+)
+OLDEST_PENDING_AGE = Gauge(
+    "reminders_oldest_pending_age_seconds",
+    "now - the oldest next_run_utc of a due reminder not yet claimed by the coordinator"
+    " (status pending), seconds; 0 when none.",
+    registry=None,
+)
+DUE_BACKLOG = Gauge(
+    "reminders_due_backlog",
+    "Due reminders not yet claimed by the coordinator (status pending, next_run_utc <= now).",
+    registry=None,
+)
+OUTBOX_UNPUBLISHED = Gauge(
+    "reminders_outbox_unpublished", "Outbox rows not yet published to the queue.", registry=None
+)
+OUTBOX_OLDEST_AGE = Gauge(
+    "reminders_outbox_oldest_unpublished_age_seconds",
+    "Age of the oldest unpublished outbox row, seconds; 0 when none.",
+    registry=None,
+)
+QUEUE_DEPTH = Gauge(
+    "reminders_queue_depth",
+    "Messages in the queue: visible (waiting for a sender) or not_visible (in flight or"
+    " delayed until their due time). SQS: approximate.",
+    ["state"],
+    registry=None,
+)
+DLQ_DEPTH = Gauge(
+    "reminders_dlq_depth",
+    "Messages in the dead-letter queue (recorded or not). SQS: approximate.",
+    registry=None,
+)
+BACKLOG_UPDATED = Gauge(
+    "reminders_backlog_updated_timestamp_seconds",
+    "Unix time of the last successful refresh of the backlog gauges (maintenance).",
+    registry=None,
+)
+
+#: The gauges only the maintenance workload computes (see the module docstring).
+BACKLOG_GAUGES: tuple[Gauge, ...] = (
+    NEXT_RUN_LAG,
+    OLDEST_PENDING_AGE,
+    DUE_BACKLOG,
+    OUTBOX_UNPUBLISHED,
+    OUTBOX_OLDEST_AGE,
+    QUEUE_DEPTH,
+    DLQ_DEPTH,
+    BACKLOG_UPDATED,
+)
+
+_registered: weakref.WeakSet[CollectorRegistry] = weakref.WeakSet()
+
+
+def register_backlog_gauges(registry: CollectorRegistry = REGISTRY) -> None:
+    """Add `BACKLOG_GAUGES` to `registry` (default: the one `/metrics` serves), once.
+
+    Called by the process that computes them (the maintenance workload, `reminders dev`).
+    Idempotent per registry.
+    """
+    if registry in _registered:
+        return
+    for gauge in BACKLOG_GAUGES:
+        registry.register(gauge)
+    _registered.add(registry)
+
+
+def error_class(exc: BaseException) -> str:
+    """The `error_class` / `result` label of a failed send or provider call.
+
+    Returns one of: "permanent" (PermanentDeliveryError: never retried), "ambiguous"
+    (TransientDeliveryError that the provider may have accepted), "transient" (any other
+    TransientDeliveryError), "infrastructure" (InfrastructureError: a dependency such as
+    the profile service), "unexpected" (anything else: a defect).
+    """
+    if isinstance(exc, PermanentDeliveryError):
+        return "permanent"
+    if isinstance(exc, TransientDeliveryError):
+        return "ambiguous" if exc.ambiguous else "transient"
+    if isinstance(exc, InfrastructureError):
+        return "infrastructure"
+    return "unexpected"

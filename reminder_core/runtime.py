@@ -11,11 +11,12 @@ from sqlalchemy import Engine
 from reminder_core.db.embedded import resolve_database_url
 from reminder_core.db.migrate import upgrade
 from reminder_core.db.session import make_engine
+from reminder_core.metrics_server import serve_worker_metrics
 from reminder_core.profile_service import HttpProfileSource, profile_source_from_settings
 from reminder_core.profiles import ProfileSource
 from reminder_core.queue import Queue, open_queue
 from reminder_core.settings import Settings
-from reminder_core.worker.loop import Service, join_loops, start_loops
+from reminder_core.worker.loop import Heartbeat, Service, join_loops, start_loops
 from reminder_core.worker.signals import install_stop_handlers
 
 log = logging.getLogger(__name__)
@@ -80,14 +81,22 @@ def run_services(
     """Run workload loops in this process until SIGTERM/SIGINT; return an exit status.
 
     Soft stop: each loop finishes its current tick; after `shutdown_grace_s` the process
-    exits anyway (abandoned work is re-driven by claim and lease timeouts).
+    exits anyway (abandoned work is re-driven by claim and lease timeouts). With
+    METRICS_PORT set, `/metrics` and `/healthz` are served on it while the loops run (a
+    port that cannot be bound: status 1 before any loop starts).
 
     Args:
         stop: the event the signals set; pass the one the services watch, if any.
     """
     stop = stop or threading.Event()
     install_stop_handlers(stop)
-    threads = start_loops(loops, stop)
+    heartbeats: dict[str, Heartbeat] = {}
+    threads: list[threading.Thread] = []
+    try:
+        serve_worker_metrics(settings, threads, heartbeats)
+    except OSError:
+        return 1  # logged
+    threads.extend(start_loops(loops, stop, heartbeats))
     names = ", ".join(s.name for s, _ in loops)
     log.info("running %s; SIGTERM or Ctrl-C to stop", names)
     while not stop.wait(1.0):

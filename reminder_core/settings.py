@@ -136,6 +136,52 @@ class Settings(BaseSettings):
     expansion_max_iterations: int = Field(default=100_000, ge=100)
     expansion_max_seconds: float = Field(default=0.5, gt=0, le=10)
 
+    # --- metrics and alert thresholds (DESIGN §6; README "Metrics") ---
+    metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of a worker's /metrics and /healthz (coordinator, sweeper, sender,"
+        " maintenance; `reminders dev` serves it once). 0: off. The API serves /metrics on"
+        " its own port.",
+    )
+    metrics_host: str = Field(
+        default="0.0.0.0", description="Interface of the worker metrics port."
+    )
+    liveness_stale_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="A worker loop that has neither started nor finished a tick for this long"
+        " makes /healthz answer 503 (longer than the longest tick: DELIVERY_BUDGET_S).",
+    )
+    alert_next_run_lag_s: float = Field(
+        default=120.0, ge=0, description="`reminders status`: next_run_lag over this alerts."
+    )
+    alert_delivery_lag_p99_s: float = Field(
+        default=150.0,
+        ge=0,
+        description="`reminders status`: p99 delivery lag of the last hour over this alerts.",
+    )
+    alert_outbox_age_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="`reminders status`: an unpublished outbox row older than this alerts.",
+    )
+    alert_dlq_depth: int = Field(
+        default=0, ge=0, description="`reminders status`: more dead letters than this alert."
+    )
+    alert_breaker_open_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="`reminders status`: a shared breaker open longer than this alerts.",
+    )
+    alert_failures_last_hour: int | None = Field(
+        default=None,
+        ge=0,
+        description="`reminders status`: more failed/bounced/complained/suppressed"
+        " occurrences in the last hour than this alert. Unset: shown, never alerts.",
+    )
+
     # --- maintenance (DESIGN §4.4) ---
     maintenance_poll_interval_s: float = Field(default=10.0, gt=0, le=3600)
     claim_timeout_s: float = Field(

@@ -1,5 +1,5 @@
 """`reminders` CLI (typer): api, coordinator, sweeper, sender, maintenance, dev, migrate,
-token, dlq, queue."""
+token, dlq, queue, status."""
 
 from __future__ import annotations
 
@@ -73,14 +73,14 @@ dlq = typer.Typer(help="Inspect, replay or purge the dead-letter queue.", no_arg
 app.add_typer(dlq, name="dlq")
 
 
-def _queue_runtime() -> Runtime:
+def _queue_runtime(application_name: str = "reminders-dlq") -> Runtime:
     from reminder_core.logging import configure_logging
     from reminder_core.runtime import open_runtime
     from reminder_core.settings import Settings
 
     settings = Settings()
     configure_logging("WARNING")
-    return open_runtime(settings, application_name="reminders-dlq")
+    return open_runtime(settings, application_name=application_name)
 
 
 @dlq.command("list")
@@ -275,6 +275,37 @@ def queue_create() -> None:
         raise typer.Exit(1) from None
     typer.echo(f"queue: {queue_url}")
     typer.echo(f"dead-letter queue: {dlq_url}")
+
+
+@app.command()
+def status(
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON (for scripts).")
+    ] = False,
+) -> None:
+    """Lags, backlog, outbox, queue and DLQ depth, breakers and last-hour failures, each
+    against its threshold (ALERT_* settings), read from the database and the queue.
+
+    Exit status: 0 everything within its threshold; 1 something over its threshold
+    (ALERT); 2 nothing over, but something could not be read (UNKNOWN).
+    """
+    import json
+
+    from rich.console import Console
+
+    from reminder_core.clock import utcnow
+    from reminders.status import collect_status, render
+
+    rt = _queue_runtime("reminders-status")
+    try:
+        report = collect_status(rt.engine, rt.queue, rt.settings, now=utcnow())
+    finally:
+        rt.close()
+    if json_output:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        render(report, Console())
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()

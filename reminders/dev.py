@@ -18,11 +18,12 @@ import outbox_sweeper.main as sweeper_main
 import sender.main as sender_main
 from reminder_api.app import create_app
 from reminder_core.logging import configure_logging
+from reminder_core.metrics_server import serve_worker_metrics
 from reminder_core.profiles import ensure_profile
 from reminder_core.runtime import open_runtime
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
-from reminder_core.worker.loop import Service, join_loops, start_loops
+from reminder_core.worker.loop import Heartbeat, Service, join_loops, start_loops
 from reminder_core.worker.signals import install_stop_handlers
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,17 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         (sender_main.build(rt, stop), settings.sender_poll_interval_s),
         (maintenance_main.build(rt), settings.maintenance_poll_interval_s),
     ]
-    threads = start_loops(loops, stop)
+    heartbeats: dict[str, Heartbeat] = {}
+    threads = start_loops(loops, stop, heartbeats)
+    # One process, one registry: the API's /metrics shows every workload's metrics too;
+    # METRICS_PORT adds the workers' port (with /healthz), served once.
+    try:
+        serve_worker_metrics(settings, threads, heartbeats)
+    except OSError:  # logged
+        stop.set()
+        join_loops(threads, settings.shutdown_grace_s)
+        rt.close()
+        return 1
     app = create_app(settings, rt.engine, rt.profiles)
     base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     token = mint_token(settings, DEMO_USER)

@@ -13,6 +13,7 @@ from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers import FileSinkProvider, Provider
 from sender.providers.failover import FailoverProvider
+from sender.providers.instrumented import InstrumentedProvider
 from sender.providers.resend import ResendProvider
 from sender.providers.ses import SesProvider
 from sender.providers.smtp import SmtpProvider
@@ -22,19 +23,20 @@ from sender.service import Sender
 
 def build_provider(settings: Settings) -> Provider:
     """The provider named by EMAIL_PROVIDER; when EMAIL_PROVIDER_BACKUP is set, primary
-    and backup each behind a circuit breaker (sender/providers/failover.py).
+    and backup each behind a circuit breaker (sender/providers/failover.py). Each
+    provider's calls are measured (`InstrumentedProvider`: latency and result metrics).
 
     Raises:
         ValueError: a provider is unknown, configured without what it needs (e.g. an API
             key), or named twice.
     """
-    primary = build_single_provider(settings.email_provider, settings)
+    primary = InstrumentedProvider(build_single_provider(settings.email_provider, settings))
     backup_name = settings.email_provider_backup
     if not backup_name:
         return primary
     if backup_name == settings.email_provider:
         raise ValueError("EMAIL_PROVIDER_BACKUP must name another provider than EMAIL_PROVIDER")
-    backup = build_single_provider(backup_name, settings)
+    backup = InstrumentedProvider(build_single_provider(backup_name, settings))
     return FailoverProvider.from_settings([primary, backup], settings)
 
 

@@ -38,7 +38,7 @@ from reminder_core.errors import (
     PermanentDeliveryError,
     TransientDeliveryError,
 )
-from reminder_core.metrics import DELIVERY_LAG, SENDS
+from reminder_core.metrics import DELIVERY_LAG, SEND_FAILURES, SENDS, error_class
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.queue import Message, Queue
 from reminder_core.scheduling import ScheduleConfig
@@ -617,7 +617,7 @@ class Sender:
             self._to_retry(w, exc)
         except ShutdownRequested:
             w.outcome, w.hide_for_s = Outcome.RETRY, 0.0
-            w.error = RuntimeError("shutting down")
+            w.error = ShutdownRequested("shutting down")  # not a failure (see _settle)
         except PermanentDeliveryError as exc:
             w.outcome, w.error = Outcome.FAILED, exc
             log.error("permanent failure for %s: %s", w.key, exc)
@@ -769,6 +769,12 @@ class Sender:
                 delete.append(handle)
             provider = w.receipt.provider if w.receipt else self._provider.name
             outcomes[(provider, w.outcome.value)] = outcomes.get((provider, w.outcome.value), 0) + 1
+            if (
+                w.outcome in (Outcome.FAILED, Outcome.RETRY)
+                and w.error is not None
+                and not isinstance(w.error, ShutdownRequested)
+            ):
+                SEND_FAILURES.labels(provider=provider, error_class=error_class(w.error)).inc()
             if w.outcome is Outcome.SENT:
                 assert w.sent_at is not None
                 assert w.chosen is not None

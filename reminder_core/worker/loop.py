@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
 from reminder_core.clock import utcnow
+from reminder_core.metrics import HEARTBEAT, TICK_DURATION, TICK_FAILURES
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +48,12 @@ class Service(Protocol):
 
 @dataclass
 class Heartbeat:
-    """Last time a loop finished a tick (successfully or not); read by liveness probes."""
+    """Last time a loop started and finished a tick (successfully or not); read by
+    liveness probes (`reminder_core.metrics_server`)."""
 
     last_tick_at: datetime | None = None
     consecutive_failures: int = 0
+    tick_started_at: datetime | None = None
 
 
 def run_loop(
@@ -68,19 +72,29 @@ def run_loop(
         poll_interval_s: seconds to wait after a tick that found no more work.
         max_backoff_s: cap of the wait after consecutive failing ticks.
         clock: source of `now` passed to each tick (aware UTC).
-        heartbeat: updated after every tick.
+        heartbeat: updated before and after every tick.
         jitter_start: wait a random part of one interval first, so replicas spread out.
 
-    Side effects: whatever the ticks do; logs failing ticks. Returns when `stop` is set,
+    Side effects: whatever the ticks do; logs failing ticks; metrics labelled with
+    `service.name`: reminders_tick_duration_seconds, reminders_tick_failures_total and
+    reminders_worker_heartbeat_timestamp_seconds (set at each tick's start and end, from
+    `clock`). Returns when `stop` is set,
     after the tick in progress (if any) has finished: a soft stop never cuts a tick.
     """
     hb = heartbeat or Heartbeat()
     if jitter_start and stop.wait(random.uniform(0, poll_interval_s)):
         return
+    beat = HEARTBEAT.labels(workload=service.name)
+    duration = TICK_DURATION.labels(workload=service.name)
     while not stop.is_set():
+        hb.tick_started_at = clock()
+        beat.set(hb.tick_started_at.timestamp())
+        started = time.monotonic()
         try:
-            result = service.run_once(clock())
+            result = service.run_once(hb.tick_started_at)
         except Exception:
+            duration.observe(time.monotonic() - started)
+            TICK_FAILURES.labels(workload=service.name).inc()
             hb.consecutive_failures += 1
             backoff = min(max_backoff_s, poll_interval_s * 2**hb.consecutive_failures)
             wait = random.uniform(backoff / 2, backoff)
@@ -91,25 +105,38 @@ def run_loop(
                 wait,
             )
         else:
+            duration.observe(time.monotonic() - started)
             hb.consecutive_failures = 0
             wait = 0.0 if result.more else poll_interval_s
             if result.processed:
                 log.debug("%s tick: %s", service.name, result.counts)
         hb.last_tick_at = clock()
+        beat.set(hb.last_tick_at.timestamp())
         if wait and stop.wait(wait):
             break
 
 
 def start_loops(
-    loops: list[tuple[Service, float]], stop: threading.Event
+    loops: list[tuple[Service, float]],
+    stop: threading.Event,
+    heartbeats: dict[str, Heartbeat] | None = None,
 ) -> list[threading.Thread]:
-    """Start one daemon thread per (service, poll_interval_s); return the threads."""
+    """Start one daemon thread per (service, poll_interval_s); return the threads, in the
+    order of `loops`.
+
+    Args:
+        heartbeats: when given, filled with one `Heartbeat` per service name, which its
+            loop keeps up to date (for `/healthz`).
+    """
     threads = []
     for service, interval in loops:
+        hb = Heartbeat()
+        if heartbeats is not None:
+            heartbeats[service.name] = hb
         thread = threading.Thread(
             target=run_loop,
             args=(service, stop),
-            kwargs={"poll_interval_s": interval},
+            kwargs={"poll_interval_s": interval, "heartbeat": hb},
             name=service.name,
             daemon=True,
         )

@@ -55,6 +55,31 @@ STATE_CLOSED = pybreaker.STATE_CLOSED
 STATE_OPEN = pybreaker.STATE_OPEN
 STATE_HALF_OPEN = pybreaker.STATE_HALF_OPEN
 
+#: Prefix of the Redis keys of shared breakers (`<ns>:<provider>:pybreaker:<key>`).
+REDIS_NAMESPACE = "reminders:breaker"
+
+
+def read_shared_breaker(
+    redis: Redis, provider_name: str, namespace: str = REDIS_NAMESPACE
+) -> tuple[str, datetime | None]:
+    """The state of `provider_name`'s Redis-shared breaker, read without writing
+    anything (pybreaker's own storage re-creates missing keys on read).
+
+    Returns:
+        (state, opened_at): "closed" | "open" | "half-open" ("closed" when no sender has
+        stored a state yet, as pybreaker starts), and when the breaker last opened (aware
+        UTC, whole seconds; None when it never did).
+
+    Raises:
+        redis.exceptions.RedisError: Redis cannot be read.
+    """
+    prefix = f"{namespace}:{provider_name}:pybreaker"
+    state, opened_at = redis.mget([f"{prefix}:state", f"{prefix}:opened_at"])
+    return (
+        state.decode() if isinstance(state, bytes) else STATE_CLOSED,
+        datetime.fromtimestamp(int(opened_at), UTC) if opened_at else None,
+    )
+
 
 class _StateMetrics(pybreaker.CircuitBreakerListener):
     """Logs each breaker state change and sets the breaker-state metric."""
@@ -134,7 +159,7 @@ class FailoverProvider:
         fail_max: int = 5,
         reset_timeout_s: float = 30.0,
         redis: Redis | None = None,
-        redis_namespace: str = "reminders:breaker",
+        redis_namespace: str = REDIS_NAMESPACE,
         pin_ttl_s: float = 24 * 3600.0,
         pin_max_keys: int = 100_000,
         name: str = "failover",

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.message import EmailMessage
@@ -244,7 +245,17 @@ def dev_database_url() -> Iterator[str | None]:
 
 @pytest.fixture
 def dev(tmp_path: Path, dev_database_url: str | None) -> Iterator[DevProcess]:
-    """`reminders dev` running in a fresh directory; always killed at teardown.
+    """`reminders dev` running in a fresh directory; always killed at teardown."""
+    with running_dev(tmp_path, dev_database_url) as running:
+        yield running
+
+
+@contextmanager
+def running_dev(
+    tmp_path: Path, dev_database_url: str | None, extra_env: dict[str, str] | None = None
+) -> Iterator[DevProcess]:
+    """Start `reminders dev` in a fresh directory (with `extra_env` on top of `child_env`);
+    kill it, its embedded PostgreSQL and its directory on exit.
 
     The working directory is not under tmp_path: run as root, pgserver runs PostgreSQL as
     a separate `pgserver` user and opens the path to the data directory to it (chmod o+rx
@@ -255,6 +266,7 @@ def dev(tmp_path: Path, dev_database_url: str | None) -> Iterator[DevProcess]:
     workdir = Path(tempfile.mkdtemp(prefix="reminders-e2e-"))
     port = free_port()
     env = child_env(dev_database_url)
+    env.update(extra_env or {})
     log_path = tmp_path / "reminders-dev.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

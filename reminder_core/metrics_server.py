@@ -1,0 +1,180 @@
+"""The workers' HTTP side port: Prometheus `/metrics` and a liveness `/healthz`.
+
+The API serves `/metrics` on its own port (reminder_api/app.py); the coordinator, sweeper,
+sender and maintenance workloads serve this on METRICS_PORT (0: off). `reminders dev`
+runs every workload in one process and serves it once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
+
+from reminder_core.clock import utcnow
+from reminder_core.settings import Settings
+from reminder_core.worker.loop import Heartbeat
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """The answer of `/healthz`: `ok` and, per loop, what was checked."""
+
+    ok: bool
+    loops: dict[str, dict[str, Any]]
+
+
+def loop_health(
+    threads: Iterable[threading.Thread],
+    heartbeats: Mapping[str, Heartbeat],
+    *,
+    now: datetime,
+    since: datetime,
+    stale_s: float,
+) -> Health:
+    """Whether every worker loop of this process is alive.
+
+    A loop is healthy when its thread runs and it started or finished a tick within the
+    last `stale_s` seconds (before its first tick: `since`, when the loops started, counts
+    instead). A tick that runs longer than `stale_s` makes the loop unhealthy: `stale_s`
+    must exceed the longest legitimate tick (a sender batch: about DELIVERY_BUDGET_S).
+
+    Args:
+        threads: the loop threads, named after their service (`start_loops`).
+        heartbeats: service name -> its loop's heartbeat (`start_loops(heartbeats=...)`).
+        now, since: aware UTC.
+        stale_s: seconds.
+
+    Returns:
+        `Health`; `loops[name]` = {"alive": bool, "last_beat_age_s": float,
+        "consecutive_failures": int}.
+    """
+    loops: dict[str, dict[str, Any]] = {}
+    ok = True
+    for thread in threads:
+        hb = heartbeats.get(thread.name, Heartbeat())
+        beats = [t for t in (hb.tick_started_at, hb.last_tick_at) if t is not None]
+        age = (now - max(beats, default=since)).total_seconds()
+        alive = thread.is_alive()
+        ok = ok and alive and age <= stale_s
+        loops[thread.name] = {
+            "alive": alive,
+            "last_beat_age_s": round(age, 3),
+            "consecutive_failures": hb.consecutive_failures,
+        }
+    return Health(ok=ok, loops=loops)
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log line per scrape."""
+
+
+class MetricsServer:
+    """`/metrics` (Prometheus text format, the given registry) and `/healthz` over HTTP,
+    served by a daemon thread.
+
+    Args:
+        host: interface to listen on ("0.0.0.0" in a pod; "::" for IPv6).
+        port: TCP port; 0 picks a free one (tests; `port` tells which). The workloads
+            never start a server for METRICS_PORT=0.
+        health: called per `/healthz` request; 200 with its JSON when `ok`, else 503.
+            None: `/healthz` always answers 200.
+        registry: what `/metrics` exports.
+
+    Raises:
+        OSError: the port cannot be bound (e.g. already in use).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        health: Callable[[], Health] | None = None,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        metrics_app = make_wsgi_app(registry)
+
+        def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+            if environ.get("PATH_INFO") == "/healthz":
+                result = health() if health is not None else Health(ok=True, loops={})
+                body = json.dumps(
+                    {"status": "ok" if result.ok else "unhealthy", "loops": result.loops}
+                ).encode()
+                status = "200 OK" if result.ok else "503 Service Unavailable"
+                start_response(status, [("Content-Type", "application/json")])
+                return [body]
+            answer: Iterable[bytes] = metrics_app(environ, start_response)
+            return answer
+
+        server_class = _Server6 if ":" in host else _Server
+        self._httpd = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+        self.port: int = self._httpd.server_port
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="metrics-server", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def serve_worker_metrics(
+    settings: Settings,
+    threads: list[threading.Thread],
+    heartbeats: Mapping[str, Heartbeat],
+    *,
+    clock: Callable[[], datetime] = utcnow,
+) -> MetricsServer | None:
+    """Serve `/metrics` and `/healthz` for the worker loops of this process on
+    METRICS_HOST:METRICS_PORT until the process exits, or nothing when METRICS_PORT is 0.
+
+    Args:
+        threads, heartbeats: from `start_loops(..., heartbeats=...)` (the list may still
+            be filled after this call).
+        clock: aware UTC; `/healthz` judges with LIVENESS_STALE_S (see `loop_health`).
+
+    Raises:
+        OSError: the port cannot be bound (logged here; the caller should exit with
+            status 1).
+    """
+    if not settings.metrics_port:
+        return None
+    since = clock()
+    stale_s = settings.liveness_stale_s
+    try:
+        return MetricsServer(
+            settings.metrics_host,
+            settings.metrics_port,
+            health=lambda: loop_health(
+                threads, heartbeats, now=clock(), since=since, stale_s=stale_s
+            ),
+        )
+    except OSError as exc:
+        log.error("cannot serve metrics on port %d: %s", settings.metrics_port, exc)
+        raise

@@ -1,0 +1,303 @@
+"""`reminders status`: what an SRE checks first, read from the database and the queue,
+each figure against its threshold (the ALERT_* settings, the values of the alert rules
+in k8s/base/prometheusrule.yaml)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from reminder_core.backlog import age_s, read_backlog
+from reminder_core.db.queries import query
+from reminder_core.errors import InfrastructureError
+from reminder_core.queue import Queue
+from reminder_core.settings import Settings
+from sender.providers.failover import STATE_CLOSED, read_shared_breaker
+
+log = logging.getLogger(__name__)
+
+#: Window of the "last hour" figures, seconds.
+WINDOW_S = 3600.0
+
+#: Delivery states counted as failures (DESIGN §2: the terminal states that sent nothing
+#: usable, apart from cancelled and missed).
+FAILURE_STATES = ("failed", "bounced", "complained", "suppressed")
+
+
+class State(StrEnum):
+    """Verdict of one check."""
+
+    OK = "ok"  # within its threshold
+    ALERT = "alert"  # over its threshold
+    INFO = "info"  # shown for context; no threshold
+    UNKNOWN = "unknown"  # could not be read
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of the report.
+
+    Attributes:
+        name: stable key for scripts (`next_run_lag`, `dlq_depth`, ...).
+        label: what a person reads.
+        value: the figure (seconds for unit "s"), a breaker state, or None (unknown, or
+            nothing to measure: see `detail`).
+        unit: "s" (seconds) or "" (a count or a state).
+        threshold: over this is an alert; None: no threshold.
+        state: the verdict.
+        detail: why, in words (the error when unknown; a breakdown).
+        parts: a breakdown by kind (failures by delivery status), else empty.
+    """
+
+    name: str
+    label: str
+    value: float | int | str | None
+    unit: str
+    threshold: float | None
+    state: State
+    detail: str = ""
+    parts: dict[str, int] = field(default_factory=dict)
+
+
+def judge(value: float | None, threshold: float | None) -> State:
+    """ALERT when `value` is over `threshold` (strictly, as the alert rules' `>`), OK when
+    not, INFO without a threshold, UNKNOWN without a value."""
+    if value is None:
+        return State.UNKNOWN
+    if threshold is None:
+        return State.INFO
+    return State.ALERT if value > threshold else State.OK
+
+
+def measured(
+    name: str, label: str, value: float | None, unit: str, threshold: float | None
+) -> Check:
+    """A check of `value` against `threshold` (see `judge`)."""
+    return Check(name, label, value, unit, threshold, judge(value, threshold))
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """Every check, as of `checked_at` (aware UTC)."""
+
+    checked_at: datetime
+    checks: list[Check]
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a check is over its threshold; else 2 when one could not be read; else 0."""
+        states = {c.state for c in self.checks}
+        if State.ALERT in states:
+            return 1
+        if State.UNKNOWN in states:
+            return 2
+        return 0
+
+    @property
+    def overall(self) -> str:
+        """The verdict as `exit_code` tells it: "alert", "unknown" or "ok"."""
+        return {1: "alert", 2: "unknown"}.get(self.exit_code, "ok")
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data: {"checked_at": ISO 8601, "status": "ok" | "alert"
+        | "unknown", "exit_code": int, "checks": [{name, label, value, unit, threshold,
+        state, detail, parts}, ...]}."""
+        return {
+            "checked_at": self.checked_at.isoformat(),
+            "status": self.overall,
+            "exit_code": self.exit_code,
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+
+def collect_status(
+    engine: Engine,
+    queue: Queue,
+    settings: Settings,
+    *,
+    now: datetime,
+    redis_factory: Callable[[str], Redis] | None = None,
+) -> StatusReport:
+    """Read every figure of the report as of `now` (aware UTC).
+
+    Reads (nothing is written): the backlog statement, delivery_log for the last hour
+    (failures by status, p99 of sent_at - run_time_utc), `queue.depth()`, and with
+    BREAKER_REDIS_URL the shared breaker keys. A source that fails makes its checks
+    UNKNOWN with the error in `detail`; the others are still read.
+
+    Args:
+        redis_factory: builds a Redis client from BREAKER_REDIS_URL (tests); default
+            `Redis.from_url` with 2 s timeouts.
+    """
+    checks: list[Check] = []
+    checks += _backlog_checks(engine, settings, now)
+    checks += _delivery_checks(engine, settings, now)
+    checks += _queue_checks(queue, settings, now)
+    checks += _breaker_checks(settings, now, redis_factory)
+    return StatusReport(checked_at=now, checks=checks)
+
+
+def _unknown(name: str, label: str, unit: str, threshold: float | None, exc: Exception) -> Check:
+    return Check(name, label, None, unit, threshold, State.UNKNOWN, f"{type(exc).__name__}: {exc}")
+
+
+def _backlog_checks(engine: Engine, settings: Settings, now: datetime) -> list[Check]:
+    lag = settings.alert_next_run_lag_s
+    outbox_age = settings.alert_outbox_age_s
+    try:
+        with engine.connect() as conn:
+            b = read_backlog(conn, now)
+    except SQLAlchemyError as exc:
+        return [
+            _unknown("next_run_lag", "next_run_lag", "s", lag, exc),
+            _unknown("oldest_pending_age", "oldest pending age", "s", lag, exc),
+            _unknown("due_backlog", "due backlog", "", None, exc),
+            _unknown("outbox_unpublished", "outbox unpublished", "", None, exc),
+            _unknown("outbox_oldest_age", "outbox oldest age", "s", outbox_age, exc),
+        ]
+    return [
+        measured("next_run_lag", "next_run_lag", b.next_run_lag_s,
+                 "s", lag),
+        measured("oldest_pending_age", "oldest pending age", b.oldest_pending_age_s,
+                 "s", lag),
+        measured("due_backlog", "due backlog", b.due_backlog, "", None),
+        measured("outbox_unpublished", "outbox unpublished", b.outbox_unpublished, "", None),
+        measured("outbox_oldest_age", "outbox oldest age", b.outbox_oldest_age_s,
+                 "s", outbox_age),
+    ]  # fmt: skip
+
+
+def _delivery_checks(engine: Engine, settings: Settings, now: datetime) -> list[Check]:
+    since = now - timedelta(seconds=WINDOW_S)
+    p99_limit = settings.alert_delivery_lag_p99_s
+    failure_limit = settings.alert_failures_last_hour
+    p99_label = "delivery_lag p99 (1 h)"
+    failures_label = "failures (1 h)"
+    try:
+        with engine.connect() as conn:
+            lag = conn.execute(query("delivery_lag_p99_since"), {"since": since}).one()
+            by_status = {
+                r.status: int(r.n)
+                for r in conn.execute(query("delivery_failures_since"), {"since": since})
+            }
+    except SQLAlchemyError as exc:
+        return [
+            _unknown("delivery_lag_p99", p99_label, "s", p99_limit, exc),
+            _unknown("failures_last_hour", failures_label, "", failure_limit, exc),
+        ]
+    if lag.n:
+        p99 = measured("delivery_lag_p99", p99_label, float(lag.p99), "s", p99_limit)
+        p99 = replace(p99, detail=f"{lag.n} sent")
+    else:
+        p99 = Check("delivery_lag_p99", p99_label, None, "s", p99_limit, State.OK, "none sent")
+    parts = {s: by_status.get(s, 0) for s in FAILURE_STATES}
+    failures = measured("failures_last_hour", failures_label, sum(parts.values()), "",
+                        failure_limit)  # fmt: skip
+    detail = ", ".join(f"{s} {n}" for s, n in parts.items())
+    return [p99, replace(failures, detail=detail, parts=parts)]
+
+
+def _queue_checks(queue: Queue, settings: Settings, now: datetime) -> list[Check]:
+    dlq_limit = settings.alert_dlq_depth
+    try:
+        depth = queue.depth(now=now)
+    except (InfrastructureError, SQLAlchemyError) as exc:
+        return [
+            _unknown("queue_visible", "queue visible", "", None, exc),
+            _unknown("queue_not_visible", "queue in flight/delayed", "", None, exc),
+            _unknown("dlq_depth", "DLQ depth", "", dlq_limit, exc),
+        ]
+    return [
+        measured("queue_visible", "queue visible", depth.visible, "", None),
+        measured("queue_not_visible", "queue in flight/delayed", depth.not_visible, "", None),
+        measured("dlq_depth", "DLQ depth", depth.dead_lettered, "", dlq_limit),
+    ]
+
+
+def _breaker_checks(
+    settings: Settings, now: datetime, redis_factory: Callable[[str], Redis] | None
+) -> list[Check]:
+    names = [settings.email_provider]
+    if not settings.email_provider_backup:
+        return [
+            Check("breakers", "circuit breakers", None, "", None, State.INFO,
+                  "no failover (EMAIL_PROVIDER_BACKUP unset): no breaker")
+        ]  # fmt: skip
+    names.append(settings.email_provider_backup)
+    if not settings.breaker_redis_url:
+        return [
+            Check("breakers", "circuit breakers", None, "", None, State.INFO,
+                  "per process (BREAKER_REDIS_URL unset): see the metric"
+                  " reminders_provider_breaker_state of each sender")
+        ]  # fmt: skip
+    limit = settings.alert_breaker_open_s
+    factory = redis_factory or _redis_client
+    checks = []
+    try:
+        redis = factory(settings.breaker_redis_url)
+        try:
+            states = {name: read_shared_breaker(redis, name) for name in names}
+        finally:
+            redis.close()
+    except RedisError as exc:
+        return [_unknown(f"breaker_{n}", f"breaker {n}", "", limit, exc) for n in names]
+    for name, (state, opened_at) in states.items():
+        label = f"breaker {name}"
+        if state == STATE_CLOSED:
+            checks.append(Check(f"breaker_{name}", label, state, "", limit, State.OK))
+            continue
+        open_s = age_s(now, opened_at) if opened_at else None
+        verdict = judge(open_s, limit)
+        since = f"not closed for {open_s:.0f} s" if open_s is not None else "opened at ?"
+        checks.append(Check(f"breaker_{name}", label, state, "", limit, verdict, since))
+    return checks
+
+
+def _redis_client(url: str) -> Redis:
+    return Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+
+
+# --- rendering ------------------------------------------------------------------------
+
+_STYLE = {State.OK: "green", State.ALERT: "bold red", State.INFO: "dim", State.UNKNOWN: "yellow"}
+
+
+def _fmt(value: float | int | str | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f} {unit}".strip()
+    return f"{value} {unit}".strip()
+
+
+def render(report: StatusReport, console: Console) -> None:
+    """Print the report as a table: check, value, threshold, verdict, detail."""
+    table = Table(
+        title=f"reminders status at {report.checked_at.isoformat(timespec='seconds')}",
+        caption=f"overall: {report.overall.upper()} (exit status {report.exit_code})",
+    )
+    for column in ("check", "value", "threshold", "state", "detail"):
+        table.add_column(column)
+    for c in report.checks:
+        threshold = "-" if c.threshold is None else f"> {c.threshold:g} {c.unit}".rstrip()
+        if c.name.startswith("breaker_") and c.threshold is not None:
+            threshold = f"open > {c.threshold:g} s"
+        table.add_row(
+            c.label,
+            _fmt(c.value, c.unit),
+            threshold,
+            f"[{_STYLE[c.state]}]{c.state.value.upper()}[/]",
+            c.detail,
+        )
+    console.print(table)
