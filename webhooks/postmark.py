@@ -93,6 +93,8 @@ def parse_postmark_events(body: bytes) -> list[WebhookEvent]:
     document = parse_json_object(body)
     record_type = document.get("RecordType")
     bounce_type = document.get("Type")
+    if not isinstance(bounce_type, str):
+        bounce_type = None  # only text can name a documented type (and hash in a set)
     if record_type == "SpamComplaint" or (
         record_type == "Bounce" and bounce_type == "SpamComplaint"
     ):

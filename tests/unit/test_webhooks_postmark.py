@@ -126,6 +126,7 @@ def test_bounce_types(bounce_type: str, kind: EventKind) -> None:
         {**BOUNCE, "Type": "AddressChange"},
         {**BOUNCE, "Type": "Subscribe"},
         {**BOUNCE, "Type": "ChallengeVerification"},
+        {**BOUNCE, "Type": ["HardBounce"]},  # found by test_webhooks_fuzz: not a type name
         {"RecordType": "Delivery", "MessageID": "m", "Recipient": "john@example.com"},
         {"RecordType": "Open", "MessageID": "m"},
     ],
