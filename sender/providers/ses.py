@@ -169,7 +169,8 @@ class SesProvider:
     def from_settings(cls, settings: Settings) -> SesProvider:
         """An SES provider with its own boto3 client (not shared with other workloads).
 
-        Region from SES_REGION (else the AWS chain: AWS_REGION, AWS_DEFAULT_REGION, profile),
+        Region from SES_REGION, else AWS_REGION (our setting, shared with SQS), else the AWS
+        chain (AWS_DEFAULT_REGION, profile),
         endpoint from SES_ENDPOINT_URL (else AWS's), credentials from the standard AWS chain
         (environment, web identity / IRSA, instance profile); timeouts
         PROVIDER_CONNECT_TIMEOUT_S / PROVIDER_READ_TIMEOUT_S; botocore retries off.
@@ -186,7 +187,7 @@ class SesProvider:
         try:
             client = boto3.session.Session().client(
                 "sesv2",
-                region_name=settings.ses_region,
+                region_name=settings.ses_region or settings.aws_region,
                 endpoint_url=settings.ses_endpoint_url,
                 config=config,
             )

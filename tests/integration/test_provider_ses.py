@@ -134,6 +134,17 @@ def test_build_provider_reads_the_ses_settings(moto_url, monkeypatch) -> None:
     assert receipt.provider_message_id in {m.id for m in sent_messages()}
 
 
+def test_the_region_falls_back_to_aws_region(moto_url, monkeypatch) -> None:
+    # SES_REGION's documented fallback is AWS_REGION, the setting SQS uses too (boto3
+    # itself reads only AWS_DEFAULT_REGION): a deployment that sets AWS_REGION alone works.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    settings = Settings(email_provider="ses", aws_region=REGION, ses_endpoint_url=moto_url)
+    receipt = build_provider(settings).send(EMAIL, idempotency_key=KEY + "-region")
+    assert receipt.provider_message_id in {m.id for m in sent_messages()}
+
+
 def test_an_unverified_sender_is_message_rejected_permanent(moto_url) -> None:
     # SES refuses a From address that is not a verified identity with MessageRejected
     # (HTTP 400): the message as it is can never be sent.
