@@ -43,6 +43,7 @@ from coordinator.service import Coordinator
 from reminder_core.db.embedded import embedded_database_url
 from reminder_core.db.migrate import upgrade
 from reminder_core.db.session import make_engine, normalize_url
+from reminder_core.logging import configure_logging
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
 from reminder_core.scheduling import ScheduleConfig
@@ -134,7 +135,10 @@ def sender_process(
     concurrency: int,
     ready: Barrier,
     stop: Event,
+    log_level: str | None = None,
 ) -> None:
+    if log_level:
+        configure_logging(log_level, "json")  # to stderr, as deployed
     engine = make_engine(url, pool_size=2)
     queue = PostgresQueue(engine, name="bench", max_receive_count=5)
     provider: Provider = (
@@ -171,6 +175,7 @@ def run_pipeline(
     concurrency: int,
     provider_url: str | None = None,
     extra_pids: tuple[int, ...] = (),
+    log_level: str | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Occurrences per second from start until all `n` are `sent`, and the CPU time per
     occurrence (microseconds) of each kind of process over that span."""
@@ -181,7 +186,7 @@ def run_pipeline(
     procs = [ctx.Process(target=coordinator_process, args=(url, n, ready))] + [
         ctx.Process(
             target=sender_process,
-            args=(url, str(profiles), provider_url, batch, concurrency, ready, stop),
+            args=(url, str(profiles), provider_url, batch, concurrency, ready, stop, log_level),
         )
         for _ in range(senders)
     ]
@@ -293,6 +298,11 @@ def main() -> None:
     parser.add_argument(
         "--concurrency", type=int, default=32, help="provider calls in flight per sender (HTTP)"
     )
+    parser.add_argument(
+        "--log-level",
+        help="configure JSON logging at this level in the senders (stderr; redirect it);"
+        " default: logging not configured (only WARNING and up reach stderr)",
+    )
     args = parser.parse_args()
     admin = os.environ.get("DATABASE_URL")
     admin = (
@@ -313,7 +323,7 @@ def main() -> None:
         profiles.write_text(json.dumps({"bench": {"email": "b@example.com", "timezone": "UTC"}}))
         n = args.reminders
         raw = run_raw(engine, url, n)
-        shape = dict(senders=args.senders, batch=args.batch)
+        shape = dict(senders=args.senders, batch=args.batch, log_level=args.log_level)
         memory, memory_cpu = run_pipeline(engine, url, profiles, n, concurrency=1, **shape)
         over_http, http_cpu = run_pipeline(
             engine, url, profiles, n, concurrency=args.concurrency, provider_url=fake_url,

@@ -30,6 +30,7 @@ from sqlalchemy import Engine
 from reminder_core.backlog import refresh_backlog_gauges
 from reminder_core.db.queries import query
 from reminder_core.delivery import advance_reminder, zone_or_none
+from reminder_core.logging import delivery_fields
 from reminder_core.profiles import ProfileSource
 from reminder_core.queue import DeadLetter, Queue
 from reminder_core.scheduling import ScheduleConfig
@@ -115,6 +116,11 @@ class Maintenance:
             ).all()
         if rows:
             log.warning("re-drove %d reminders stuck in claimed", len(rows))
+        for row in rows:
+            log.info(
+                "delivery re-driven: claimed for too long",
+                extra=delivery_fields(row.id, row.next_run_utc, None, None),
+            )
         return len(rows)
 
     def abandon_sending(self, now: datetime) -> int:
@@ -130,6 +136,14 @@ class Maintenance:
             ).all()
         if rows:
             log.warning("recorded %d abandoned deliveries as failed", len(rows))
+        for row in rows:
+            log.info(
+                "delivery abandoned: recorded failed",
+                extra=delivery_fields(
+                    row.reminder_id, row.run_time_utc, None, row.provider,
+                    provider_calls=row.attempt_count,
+                ),
+            )  # fmt: skip
         return len(rows)
 
     def rematch_events(self, now: datetime) -> int:
@@ -173,9 +187,19 @@ class Maintenance:
             run_time = datetime.fromisoformat(str(body["run_time_utc"]))
             user_id = str(body["user_id"])
         except (KeyError, ValueError, TypeError):
-            log.error("dead letter %s has a malformed body: %r", letter.message_id, body)
+            log.error(
+                "dead letter %s has a malformed body: %r",
+                letter.message_id,
+                body,
+                extra=delivery_fields(
+                    None, None, letter.receive_count, None, message_id=letter.message_id
+                ),
+            )
             return True
         error = f"dead-lettered after {letter.receive_count} receives"
+        fields = delivery_fields(
+            reminder_id, run_time, letter.receive_count, None, message_id=letter.message_id
+        )
         profile = self._profiles.get(user_id)
         with self._engine.begin() as conn:
             held = conn.execute(
@@ -192,6 +216,7 @@ class Maintenance:
                     letter.message_id,
                     reminder_id,
                     run_time.isoformat(),
+                    extra=fields,
                 )
                 return False
             failed = conn.execute(
@@ -233,12 +258,19 @@ class Maintenance:
                 config=self.schedule_config,
             )
         if failed or chosen:
-            log.error("occurrence %s/%s failed: %s", reminder_id, run_time.isoformat(), error)
+            log.error(
+                "occurrence %s/%s failed: %s",
+                reminder_id,
+                run_time.isoformat(),
+                error,
+                extra={**fields, "error": error},
+            )
         else:
             log.info(
                 "dead letter %s: %s/%s already ended; nothing to record",
                 letter.message_id,
                 reminder_id,
                 run_time.isoformat(),
+                extra=fields,
             )
         return True

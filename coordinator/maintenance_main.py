@@ -30,7 +30,7 @@ def build(rt: Runtime) -> Maintenance:
 
 def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     rt = open_runtime(settings, application_name="reminders-maintenance")
     try:
         return run_services([(build(rt), settings.maintenance_poll_interval_s)], settings)

@@ -17,7 +17,7 @@ def main(settings: Settings | None = None, *, host: str = "127.0.0.1", port: int
     """Serve until SIGTERM/SIGINT; returns 0 after a clean stop, 1 if the server failed to
     start (e.g. the port is taken)."""
     settings = settings or Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     # uvicorn captures SIGTERM/SIGINT while it serves and re-raises them once it has shut
     # down; with our handler in place that re-raise is a clean stop, not a kill.
     stop = threading.Event()
@@ -32,6 +32,7 @@ def main(settings: Settings | None = None, *, host: str = "127.0.0.1", port: int
                 host=host,
                 port=port,
                 log_level=settings.log_level.lower(),
+                log_config=None,  # uvicorn's records go to our handler (reminder_core.logging)
                 timeout_graceful_shutdown=int(settings.shutdown_grace_s),
             )
         )

@@ -327,7 +327,14 @@ class Settings(BaseSettings):
 
     # --- process ---
     shutdown_grace_s: float = Field(default=20.0, gt=0)
-    log_level: str = "INFO"
+    log_level: str = Field(
+        default="INFO", description="DEBUG | INFO | WARNING | ERROR (the root logger's level)."
+    )
+    log_format: Literal["json", "console"] = Field(
+        default="json",
+        description="json: one JSON object per line on stderr; console: human-readable"
+        " (structlog's ConsoleRenderer). `reminders dev` uses console unless this is set.",
+    )
 
     @property
     def effective_mail_dir(self) -> Path:

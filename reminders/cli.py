@@ -79,7 +79,7 @@ def _queue_runtime(application_name: str = "reminders-dlq") -> Runtime:
     from reminder_core.settings import Settings
 
     settings = Settings()
-    configure_logging("WARNING")
+    configure_logging("WARNING", settings.log_format)
     return open_runtime(settings, application_name=application_name)
 
 
@@ -317,7 +317,7 @@ def migrate() -> None:
     from reminder_core.settings import Settings
 
     settings = Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     upgrade(resolve_database_url(settings.database_url, settings.state_dir))
     typer.echo("database is at the newest migration")
 

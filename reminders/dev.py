@@ -88,7 +88,9 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     """
     settings = settings or Settings()
     settings.state_dir = settings.state_dir.resolve()
-    configure_logging(settings.log_level)
+    # Human-readable logs on a laptop, unless LOG_FORMAT asks for something else.
+    explicit = "log_format" in settings.model_fields_set
+    configure_logging(settings.log_level, settings.log_format if explicit else "console")
     if not port_is_free(host, port):
         log.error("%s:%d is already in use (another `reminders dev`?); try --port", host, port)
         return 1
@@ -139,6 +141,7 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         host=host,
         port=port,
         log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's records go to our handler (reminder_core.logging)
         timeout_graceful_shutdown=int(settings.shutdown_grace_s),
     )
     server = uvicorn.Server(config)

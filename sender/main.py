@@ -93,7 +93,7 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
 
 def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     rt = open_runtime(settings, application_name="reminders-sender")
     stop = threading.Event()
     sender = build(rt, stop)

@@ -16,6 +16,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Engine, Row
+from structlog.contextvars import bind_contextvars, reset_contextvars
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from reminder_core.clock import utcnow
@@ -38,6 +39,7 @@ from reminder_core.errors import (
     PermanentDeliveryError,
     TransientDeliveryError,
 )
+from reminder_core.logging import delivery_fields
 from reminder_core.metrics import DELIVERY_LAG, SEND_FAILURES, SENDS, error_class
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.queue import Message, Queue
@@ -290,8 +292,11 @@ class Sender:
         for w in works:
             try:
                 w.occ = Occurrence.from_body(w.message.body)
-            except ValueError:
-                log.error("dropping malformed message %s: %r", w.message.message_id, w.message.body)
+            except ValueError as exc:
+                log.error(
+                    "delivery dropped: malformed message",
+                    extra=_fields(w, None, message_id=w.message.message_id, error=exc),
+                )
                 w.outcome = Outcome.DROPPED
                 continue
             key = (w.occ.reminder_id, w.occ.run_time_utc)
@@ -339,7 +344,7 @@ class Sender:
                 reminder = w.reminder = reminders.get(occ.reminder_id)
                 refusal = blocked.get(w.profile.email) if w.profile is not None else None
                 if reminder is None:
-                    log.error("dropping message for unknown reminder %s", occ.reminder_id)
+                    log.error("delivery dropped: unknown reminder", extra=_fields(w, None))
                     w.outcome = Outcome.DROPPED
                 elif occ.replay and reminder.status in (
                     ReminderStatus.CANCELLED,
@@ -388,6 +393,10 @@ class Sender:
                         else self._plan(conn, reminder, occ, w.zone, now)
                     )
                     for missed in plan.missed:
+                        log.info(
+                            "delivery missed",
+                            extra=delivery_fields(occ.reminder_id, missed, None, None),
+                        )
                         terminal.append(
                             (None, occ.reminder_id, occ.user_id, missed, DeliveryStatus.MISSED,
                              f"missed: {(now - missed).total_seconds():.0f} s late, "
@@ -530,7 +539,10 @@ class Sender:
                     limits=self.schedule_config.limits,
                 )
             except InvalidSchedule as exc:
-                log.warning("cannot list due occurrences of %s: %s", occ.reminder_id, exc)
+                log.warning(
+                    "cannot list due occurrences",
+                    extra=delivery_fields(occ.reminder_id, occ.run_time_utc, None, None, error=exc),
+                )
         if len(due) > 1:
             in_flight = conn.execute(
                 query("delivery_in_flight"),
@@ -558,6 +570,20 @@ class Sender:
             future.result()
 
     def _send(self, w: _Work) -> None:
+        """`_send_bound` with the occurrence bound to every record logged meanwhile (by
+        the providers and the failover too): reminder_id, run_time_utc, attempt."""
+        assert w.occ is not None
+        tokens = bind_contextvars(
+            reminder_id=w.occ.reminder_id,
+            run_time_utc=w.chosen,
+            attempt=w.message.receive_count,
+        )
+        try:
+            self._send_bound(w)
+        finally:
+            reset_contextvars(**tokens)
+
+    def _send_bound(self, w: _Work) -> None:
         """Render and send one occurrence, retrying transient errors in process. Records
         the result on `w`; never raises."""
         assert w.occ is not None
@@ -620,12 +646,19 @@ class Sender:
             w.error = ShutdownRequested("shutting down")  # not a failure (see _settle)
         except PermanentDeliveryError as exc:
             w.outcome, w.error = Outcome.FAILED, exc
-            log.error("permanent failure for %s: %s", w.key, exc)
+            log.error(
+                "delivery failed",
+                extra=_fields(w, self._pinned_now(w) or self._provider.name, error=exc,
+                              provider_calls=w.attempts),
+            )  # fmt: skip
         except Exception as exc:
             # A defect, not a provider answer: treat it as transient so that the message
             # comes back (and ends in the dead-letter queue if it keeps failing) while the
             # rest of the batch is completed.
-            log.exception("unexpected error sending %s", w.key)
+            log.exception(
+                "delivery error",
+                extra=_fields(w, self._pinned_now(w) or self._provider.name),
+            )
             self._to_retry(w, exc)
 
     def _retrying(self, started: float, w: _Work) -> Retrying:
@@ -682,8 +715,12 @@ class Sender:
         w.outcome, w.error = Outcome.RETRY, exc
         w.hide_for_s = requeue_delay_s(self.retry, w.message.receive_count, retry_after)
         log.warning(
-            "transient failure for %s, retry in %.0fs: %s", w.message.body, w.hide_for_s, exc
-        )
+            "delivery retry",
+            extra=_fields(
+                w, self._pinned_now(w) or self._provider.name, retry_in_s=w.hide_for_s,
+                error=exc, provider_calls=w.attempts,
+            ),
+        )  # fmt: skip
 
     # --- step 3: complete ----------------------------------------------------------------
 
@@ -712,9 +749,9 @@ class Sender:
                         # The provider took it (same key as the holder's), but the row
                         # belongs to another worker now: that worker records the outcome.
                         log.warning(
-                            "%s is no longer ours (lease taken over, or the row was ended); "
-                            "its current holder records the outcome",
-                            w.key,
+                            "delivery lease lost: taken over, or the row was ended; its"
+                            " current holder records the outcome",
+                            extra=_fields(w, w.receipt.provider if w.receipt else None),
                         )
                         w.outcome = Outcome.BUSY
                         continue
@@ -757,6 +794,7 @@ class Sender:
         delete: list[str] = []
         hide: list[tuple[str, float]] = []
         outcomes: dict[tuple[str, str], int] = {}
+        levels = {o: lvl for o, lvl in _OUTCOME_LOG_LEVELS.items() if log.isEnabledFor(lvl)}
         for w in works:
             assert w.outcome is not None
             handle = w.message.receipt_handle
@@ -779,13 +817,33 @@ class Sender:
                 assert w.sent_at is not None
                 assert w.chosen is not None
                 DELIVERY_LAG.observe(max(0.0, (w.sent_at - w.chosen).total_seconds()))
-                log.info("sent %s to %s via %s", w.key, w.recipient, provider)
+            if w.outcome in levels:  # the others were logged where they were decided
+                log.log(
+                    levels[w.outcome],
+                    "delivery %s",
+                    w.outcome.value,
+                    extra=_fields(
+                        w, provider, outcome=w.outcome.value, provider_calls=w.attempts,
+                        recipient=w.recipient, sent_at=w.sent_at,
+                    ),
+                )  # fmt: skip
         self._untrack([w.message for w in works])
         self._queue.delete(delete)
         if hide:
             self._queue.change_visibility_batch(hide, now=now)
         for (provider, outcome), n in outcomes.items():
             SENDS.labels(provider=provider, outcome=outcome).inc(n)
+        if log.isEnabledFor(logging.INFO):
+            totals: dict[str, int] = {}
+            sent_by: dict[str, int] = {}
+            for (provider, outcome), n in outcomes.items():
+                totals[outcome] = totals.get(outcome, 0) + n
+                if outcome == Outcome.SENT:
+                    sent_by[provider] = sent_by.get(provider, 0) + n
+            log.info(
+                "deliveries settled",
+                extra={"messages": len(works), "outcomes": totals, "sent_by_provider": sent_by},
+            )
 
     # --- heartbeat -----------------------------------------------------------------
 
@@ -854,6 +912,34 @@ class Sender:
         self._heartbeat_stop.set()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+#: Outcomes logged one line per message when a batch settles, and at which level; RETRY,
+#: FAILED and DROPPED are logged where they are decided, with their error. SENT is DEBUG:
+#: a JSON line per sent message adds some 40% to the CPU of an in-process send (README
+#: "Logs"); each batch logs one INFO summary ("deliveries settled") instead.
+_OUTCOME_LOG_LEVELS = {
+    Outcome.SENT: logging.DEBUG,
+    Outcome.CANCELLED: logging.INFO,
+    Outcome.MISSED: logging.INFO,
+    Outcome.SUPPRESSED: logging.INFO,
+    Outcome.DUPLICATE: logging.DEBUG,
+    Outcome.BUSY: logging.DEBUG,
+    Outcome.RELEASED: logging.DEBUG,
+}
+
+
+def _fields(w: _Work, provider: str | None, **more: object) -> dict[str, object]:
+    """`delivery_fields` of the occurrence `w` carries (the one chosen to send, else the
+    one the message names); `attempt` is the message's receive count."""
+    occ = w.occ
+    return delivery_fields(
+        occ.reminder_id if occ is not None else None,
+        w.chosen or (occ.run_time_utc if occ is not None else None),
+        w.message.receive_count,
+        provider,
+        **more,
+    )
 
 
 def _completion(w: _Work) -> dict[str, object]:

@@ -20,6 +20,10 @@ The rules (DESIGN §4.7, issue 5):
   failover, and it does not count as a breaker failure (pybreaker `exclude`); the provider
   answered, so for the breaker it is a success.
 
+Failover decisions are logged with `provider` (the provider concerned) and
+`idempotency_key` as fields; called from the sender, each record also carries the
+occurrence's `reminder_id`, `run_time_utc` and `attempt` (bound by `Sender._send`).
+
 Sends run concurrently: the breaker is entered with `CircuitBreaker.calling()`, which
 takes pybreaker's lock only to check and update the state, not around the send (its
 `call()` would hold the lock for the whole send and serialise every thread).
@@ -99,6 +103,7 @@ class _StateMetrics(pybreaker.CircuitBreakerListener):
             self._provider,
             old_state.name if old_state is not None else "?",
             new_state.name,
+            extra={"provider": self._provider, "breaker_state": new_state.name},
         )
 
 
@@ -258,7 +263,12 @@ class FailoverProvider:
             member = next((m for m in self._members if m.name == pinned), None)
             if member is not None:
                 return self._send_pinned(member, email, idempotency_key)
-            log.warning("key %s pinned to unknown provider %s; ignored", idempotency_key, pinned)
+            log.warning(
+                "key %s pinned to unknown provider %s; ignored",
+                idempotency_key,
+                pinned,
+                extra={"provider": pinned, "idempotency_key": idempotency_key},
+            )
             self.unpin(idempotency_key)
 
         failures: list[str] = []
@@ -279,12 +289,19 @@ class FailoverProvider:
                         member.name,
                         idempotency_key,
                         exc,
+                        extra={"provider": member.name, "idempotency_key": idempotency_key},
                     )
                     raise
                 failures.append(str(exc))
                 waits.append(exc.retry_after_s)
                 last = exc
-            log.info("provider %s did not take %s: %s", member.name, idempotency_key, last)
+            log.info(
+                "provider %s did not take %s: %s",
+                member.name,
+                idempotency_key,
+                last,
+                extra={"provider": member.name, "idempotency_key": idempotency_key},
+            )
         known = [w for w in waits if w is not None]
         retry_after = min(known) if len(known) == len(waits) else None
         raise TransientDeliveryError(

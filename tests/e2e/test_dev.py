@@ -413,6 +413,11 @@ def test_dev_delivers_a_reminder_honours_a_cancel_and_stops_on_sigterm(dev: DevP
     output = dev.output()
     assert code == 0, f"exit status {code} after SIGTERM:\n{output}"
     assert "Traceback" not in output, output
+    # LOG_FORMAT unset: `reminders dev` logs for humans (issue 7), not one JSON object a
+    # line; the sender's batch summary names the one occurrence it sent.
+    assert not [line for line in output.splitlines() if line.startswith("{")], output
+    summaries = [line for line in output.splitlines() if "deliveries settled" in line]
+    assert any("[sender.service]" in s and "'sent': 1" in s for s in summaries), output
     if dev.database_url is None:
         # The embedded server stops with its last user (pgserver's cleanup at exit).
         assert Postmaster.read(dev.pgdata) is None, "embedded PostgreSQL left running"

@@ -16,7 +16,7 @@ UPDATE reminders AS r
 SET status = 'pending', claimed_by = NULL, claimed_at = NULL, updated_at = :now
 FROM stuck
 WHERE r.id = stuck.id
-RETURNING r.id;
+RETURNING r.id, r.next_run_utc;
 
 -- name: abandon_sending
 -- `sending` rows nobody holds (lease expired or released long ago) whose reminder will
@@ -44,7 +44,7 @@ SET status = 'failed',
     updated_at = :now
 FROM stale
 WHERE d.id = stale.id
-RETURNING d.id;
+RETURNING d.id, d.reminder_id, d.run_time_utc, d.provider, d.attempt_count;
 
 -- name: delivery_held_live
 -- A dead letter's occurrence (or a later one a sender chose for it under the misfire
