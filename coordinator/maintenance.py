@@ -17,6 +17,8 @@
   sender's commit) are matched again for `rematch_window_s` and applied once they match.
 - The backlog gauges (next_run_lag_seconds, outbox, queue and DLQ depth, ...) are
   computed here, once per tick, rather than by every pod on every scrape.
+- Retention (`coordinator.retention`): every `retention_interval_s`, delivery_log
+  partitions made ahead and expired ones dropped, expired rows deleted in chunks.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 
+from coordinator.retention import Retention, RetentionResult
 from reminder_core.backlog import refresh_backlog_gauges
 from reminder_core.db.queries import query
 from reminder_core.delivery import advance_reminder, zone_or_none
@@ -56,6 +59,9 @@ class Maintenance:
         batch_size: most rows of each kind per tick.
         suppression_recheck_s: SUPPRESSION_RECHECK_INTERVAL_S.
         rematch_window_s: WEBHOOK_REMATCH_WINDOW_S (0: no rematching).
+        retention: the retention step (None: no retention, e.g. in tests of the reapers).
+        retention_interval_s: RETENTION_INTERVAL_S, seconds between retention runs (the
+            first tick runs one; a run that left rows to delete is followed at once).
     """
 
     name = "maintenance"
@@ -73,6 +79,8 @@ class Maintenance:
         batch_size: int = 500,
         suppression_recheck_s: float = 300.0,
         rematch_window_s: float = 3600.0,
+        retention: Retention | None = None,
+        retention_interval_s: float = 600.0,
     ) -> None:
         self._engine = engine
         self._queue = queue
@@ -84,10 +92,14 @@ class Maintenance:
         self.batch_size = batch_size
         self.suppression_recheck_s = suppression_recheck_s
         self.rematch_window_s = rematch_window_s
+        self.retention = retention
+        self.retention_interval_s = retention_interval_s
+        self._retention_due_at: datetime | None = None
 
     def run_once(self, now: datetime) -> TickResult:
         """One pass of every reaper, then the backlog gauges
-        (`reminder_core.backlog.refresh_backlog_gauges`); counts per kind."""
+        (`reminder_core.backlog.refresh_backlog_gauges`), then retention when due; counts
+        per kind."""
         # Dead letters first: their reminders are claimed too, and must move on rather
         # than be re-driven for another round of failing sends.
         dead_letters = self.record_dead_letters(now)
@@ -101,7 +113,23 @@ class Maintenance:
         counts = {k: v for k, v in counts.items() if v}
         more = any(v >= self.batch_size for v in counts.values())
         refresh_backlog_gauges(self._engine, self._queue, now)
+        retention = self.run_retention(now)
+        counts.update(retention.counts())
+        more = more or retention.more
         return TickResult(processed=sum(counts.values()), more=more, counts=counts)
+
+    def run_retention(self, now: datetime) -> RetentionResult:
+        """Run the retention step if it is due; returns what it did (empty when not due
+        or not configured). See `coordinator.retention.Retention.run` for its effects."""
+        if self.retention is None or (
+            self._retention_due_at is not None and now < self._retention_due_at
+        ):
+            return RetentionResult()
+        result = self.retention.run(now)
+        self._retention_due_at = (
+            now if result.more else now + timedelta(seconds=self.retention_interval_s)
+        )
+        return result
 
     def reap_claimed(self, now: datetime) -> int:
         """Re-drive reminders claimed more than `claim_timeout_s` ago; returns how many."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from coordinator.maintenance import Maintenance
+from coordinator.retention import Retention
 from reminder_core.logging import configure_logging
 from reminder_core.metrics import register_backlog_gauges
 from reminder_core.runtime import Runtime, open_runtime, run_services
@@ -25,6 +26,16 @@ def build(rt: Runtime) -> Maintenance:
         lease_s=s.delivery_lease_s,
         suppression_recheck_s=s.suppression_recheck_interval_s,
         rematch_window_s=s.webhook_rematch_window_s,
+        retention=Retention(
+            rt.engine,
+            delivery_log_retention_days=s.delivery_log_retention_days,
+            partitions_ahead=s.delivery_log_partitions_ahead,
+            outbox_retention_days=s.outbox_retention_days,
+            webhook_events_retention_days=s.webhook_events_retention_days,
+            keep_webhook_events_s=s.webhook_rematch_window_s,
+            batch_size=s.retention_batch_size,
+        ),
+        retention_interval_s=s.retention_interval_s,
     )
 
 

@@ -94,6 +94,23 @@ BREAKER_STATE = Enum(
     states=["closed", "open", "half-open"],
 )
 
+# --- retention (maintenance workload, coordinator/retention.py) ---------------------------
+
+RETENTION_DELETED = Counter(
+    "reminders_retention_deleted_rows_total",
+    "Expired rows deleted by retention, by table: outbox (published), webhook_events, and"
+    " delivery_log (terminal rows of its default partition; dropped weekly partitions are"
+    " counted in reminders_retention_partitions_total).",
+    ["table"],
+)
+RETENTION_PARTITIONS = Counter(
+    "reminders_retention_partitions_total",
+    "delivery_log weekly partitions handled by retention, by action: created (ahead),"
+    " dropped (expired), kept (expired, but still holding a `sending` row: counted at each"
+    " retention run until it can go).",
+    ["action"],
+)
+
 # --- API ----------------------------------------------------------------------------------
 
 API_REQUESTS = Counter(

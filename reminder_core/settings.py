@@ -207,6 +207,42 @@ class Settings(BaseSettings):
         " sender's commit). 0: never.",
     )
 
+    # --- retention (DESIGN §6; coordinator/retention.py, run by the maintenance workload) ---
+    retention_interval_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="The maintenance workload makes and drops delivery_log partitions and"
+        " deletes expired rows this often (at once again while a chunk came back full).",
+    )
+    delivery_log_retention_days: int = Field(
+        default=90,
+        ge=1,
+        le=36_500,
+        description="A weekly delivery_log partition is dropped once its whole week is older"
+        " than this (never while it holds a `sending` row).",
+    )
+    delivery_log_partitions_ahead: int = Field(
+        default=4,
+        ge=1,
+        le=104,
+        description="Weekly delivery_log partitions kept made ahead of the current week.",
+    )
+    outbox_retention_days: float = Field(
+        default=1.0,
+        gt=0,
+        description="Published outbox rows are deleted this long after publication"
+        " (unpublished ones never).",
+    )
+    webhook_events_retention_days: float = Field(
+        default=90.0,
+        gt=0,
+        description="Stored bounce and complaint events are deleted this long after their"
+        " receipt (a provider's replay after that would be applied again).",
+    )
+    retention_batch_size: int = Field(
+        default=5000, ge=1, le=1_000_000, description="Rows deleted per DELETE statement."
+    )
+
     # --- retries (DESIGN §4.6) ---
     send_attempts: int = Field(
         default=4, ge=1, le=20, description="Provider calls per received message."

@@ -41,9 +41,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class DeliveryRef:
-    """The delivery a provider event is about (columns of delivery_by_provider_message)."""
+    """The delivery a provider event is about (columns of delivery_by_provider_message);
+    (id, run_time_utc) is the row's primary key (delivery_log is partitioned by
+    run_time_utc)."""
 
     id: uuid.UUID
+    run_time_utc: datetime
     user_id: str
     status: str
     recipient: str | None
@@ -80,7 +83,13 @@ def find_delivery(
     ).one_or_none()
     if row is None:
         return None
-    return DeliveryRef(id=row.id, user_id=row.user_id, status=row.status, recipient=row.recipient)
+    return DeliveryRef(
+        id=row.id,
+        run_time_utc=row.run_time_utc,
+        user_id=row.user_id,
+        status=row.status,
+        recipient=row.recipient,
+    )
 
 
 def apply_decision(
@@ -114,6 +123,7 @@ def apply_decision(
             query("delivery_feedback"),
             {
                 "id": delivery.id,
+                "run_time_utc": delivery.run_time_utc,
                 "status": decision.delivery_status.value,
                 "error": f"{kind.value.replace('_', ' ')}: {reason}",
                 "now": now,
@@ -547,7 +557,7 @@ def rematch_unmatched(conn: Connection, *, now: datetime, since: datetime, limit
         apply_decision(
             conn,
             decision,
-            DeliveryRef(r.delivery_id, r.user_id, r.delivery_status, None),
+            DeliveryRef(r.delivery_id, r.delivery_run_time_utc, r.user_id, r.delivery_status, None),
             kind=kind,
             recipient=r.recipient,
             reason=r.reason,

@@ -224,7 +224,8 @@ class Sender:
         self.retry = retry or RetryPolicy()
         self._stop = stop or threading.Event()
         self._clock = clock
-        self._inflight: dict[str, tuple[uuid.UUID, uuid.UUID] | None] = {}
+        # receipt handle -> the delivery row held: (id, run_time_utc, lease token)
+        self._inflight: dict[str, tuple[uuid.UUID, datetime, uuid.UUID] | None] = {}
         self._inflight_lock = threading.Lock()
         self._heartbeat: threading.Thread | None = None
         self._heartbeat_stop = threading.Event()
@@ -450,7 +451,8 @@ class Sender:
         for w in begin:
             if w.delivery_id is not None:
                 assert w.lease_token is not None
-                self._hold(w.message, w.delivery_id, w.lease_token)
+                assert w.chosen is not None
+                self._hold(w.message, w.delivery_id, w.chosen, w.lease_token)
 
     def _take(self, conn: Connection, begin: list[_Work], now: datetime) -> None:
         """Insert (or take over) the delivery rows of `begin` as `sending` under fresh
@@ -699,7 +701,12 @@ class Sender:
         with self._engine.begin() as conn:
             conn.execute(
                 query("delivery_pin_provider"),
-                {"id": w.delivery_id, "lease_token": w.lease_token, "provider": pinned},
+                {
+                    "id": w.delivery_id,
+                    "run_time_utc": w.chosen,
+                    "lease_token": w.lease_token,
+                    "provider": pinned,
+                },
             )
         w.pinned = pinned
 
@@ -777,6 +784,7 @@ class Sender:
                         "rows": json_rows(
                             {
                                 "id": w.delivery_id,
+                                "run_time_utc": w.chosen,
                                 "lease_token": w.lease_token,
                                 "error": str(w.error or "shutting down"),
                                 "attempts": w.attempts,
@@ -864,10 +872,12 @@ class Sender:
             for message in messages:
                 self._inflight.pop(message.receipt_handle, None)
 
-    def _hold(self, message: Message, delivery_id: uuid.UUID, lease_token: uuid.UUID) -> None:
+    def _hold(
+        self, message: Message, delivery_id: uuid.UUID, run_time: datetime, lease: uuid.UUID
+    ) -> None:
         with self._inflight_lock:
             if message.receipt_handle in self._inflight:
-                self._inflight[message.receipt_handle] = (delivery_id, lease_token)
+                self._inflight[message.receipt_handle] = (delivery_id, run_time, lease)
 
     def _ensure_heartbeat(self) -> None:
         if self._heartbeat is None or not self._heartbeat.is_alive():
@@ -901,7 +911,9 @@ class Sender:
                 conn.execute(
                     query("delivery_heartbeat_batch"),
                     {
-                        "rows": json_rows({"id": i, "lease_token": t} for i, t in leases),
+                        "rows": json_rows(
+                            {"id": i, "run_time_utc": r, "lease_token": t} for i, r, t in leases
+                        ),
                         "now": now,
                     },
                 )
@@ -946,6 +958,7 @@ def _completion(w: _Work) -> dict[str, object]:
     """The delivery_complete_batch row of a sent or failed occurrence."""
     return {
         "id": w.delivery_id,
+        "run_time_utc": w.chosen,
         "lease_token": w.lease_token,
         "status": (
             DeliveryStatus.SENT if w.outcome is Outcome.SENT else DeliveryStatus.FAILED

@@ -1,6 +1,8 @@
 -- The sender's state machine on delivery_log (DESIGN §4.3): the unique
 -- (reminder_id, run_time_utc) row is inserted as `sending` before the provider call;
 -- only the holder of its lease (lease_token, a fencing token) may complete it.
+-- delivery_log is partitioned by run_time_utc (migration 0005): a statement that reaches a
+-- row by id names its run_time_utc too, so it searches one partition, not all of them.
 
 -- name: reminder_for_send
 SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
@@ -64,20 +66,23 @@ SET status = :status,
     locked_at = NULL,
     lease_token = NULL,
     updated_at = :now
-WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
+WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
+  AND status = 'sending';
 
 -- name: delivery_pin_provider
 -- Record, while still sending, the provider an ambiguous attempt may have reached (a
 -- worker that takes the row over after a crash sends there too, with the same key).
 UPDATE delivery_log
 SET provider = :provider
-WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
+WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
+  AND status = 'sending';
 
 -- name: delivery_heartbeat
 -- Extend the lease of a row being worked on (with the message's visibility timeout).
 UPDATE delivery_log
 SET locked_at = :now
-WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
+WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
+  AND status = 'sending';
 
 -- name: delivery_release
 -- Give the lease back after a transient error so the next receive retries at once.
@@ -87,7 +92,8 @@ SET locked_at = NULL,
     error = :error,
     attempt_count = attempt_count + :attempts,
     updated_at = :now
-WHERE id = :id AND lease_token = :lease_token AND status = 'sending';
+WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
+  AND status = 'sending';
 
 -- name: reminder_lock_for_advance
 -- Re-read the reminder under a row lock before moving it on, so that the next occurrence
@@ -176,9 +182,11 @@ SET status = u.status,
     lease_token = NULL,
     updated_at = :now
 FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-     AS u(id uuid, lease_token uuid, status text, sent_at timestamptz, provider text,
-          provider_message_id text, recipient text, error text, attempts int)
-WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending'
+     AS u(id uuid, run_time_utc timestamptz, lease_token uuid, status text,
+          sent_at timestamptz, provider text, provider_message_id text, recipient text,
+          error text, attempts int)
+WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
+  AND d.status = 'sending'
 RETURNING d.id;
 
 -- name: delivery_release_batch
@@ -192,15 +200,19 @@ SET locked_at = NULL,
     attempt_count = d.attempt_count + u.attempts,
     updated_at = :now
 FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-     AS u(id uuid, lease_token uuid, error text, attempts int, provider text)
-WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending';
+     AS u(id uuid, run_time_utc timestamptz, lease_token uuid, error text, attempts int,
+          provider text)
+WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
+  AND d.status = 'sending';
 
 -- name: delivery_heartbeat_batch
 -- delivery_heartbeat for every row a sender holds.
 UPDATE delivery_log AS d
 SET locked_at = :now
-FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(id uuid, lease_token uuid)
-WHERE d.id = u.id AND d.lease_token = u.lease_token AND d.status = 'sending';
+FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+     AS u(id uuid, run_time_utc timestamptz, lease_token uuid)
+WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
+  AND d.status = 'sending';
 
 -- name: reminders_lock_for_advance
 -- reminder_lock_for_advance for many reminders, locked in id order (no deadlock between

@@ -23,7 +23,7 @@ RETURNING r.id, r.next_run_utc;
 -- not come back to them (cancelled, finished, or moved past them): recorded `failed`.
 -- Rows that their reminder still points at are left: the next claim takes them over.
 WITH stale AS (
-    SELECT d.id
+    SELECT d.id, d.run_time_utc
     FROM delivery_log AS d
     JOIN reminders AS r ON r.id = d.reminder_id
     WHERE d.status = 'sending'
@@ -43,7 +43,7 @@ SET status = 'failed',
     lease_token = NULL,
     updated_at = :now
 FROM stale
-WHERE d.id = stale.id
+WHERE d.id = stale.id AND d.run_time_utc = stale.run_time_utc
 RETURNING d.id, d.reminder_id, d.run_time_utc, d.provider, d.attempt_count;
 
 -- name: delivery_held_live

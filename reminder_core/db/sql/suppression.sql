@@ -5,8 +5,9 @@
 
 -- name: delivery_by_provider_message
 -- The delivery a provider event is about (provider message ids are unique per provider;
--- the newest row wins should one ever repeat).
-SELECT id, user_id, status, recipient
+-- the newest row wins should one ever repeat). One index probe per partition of
+-- delivery_log: the message id says nothing of the occurrence's week.
+SELECT id, run_time_utc, user_id, status, recipient
 FROM delivery_log
 WHERE provider = :provider AND provider_message_id = :provider_message_id
 ORDER BY created_at DESC
@@ -29,7 +30,7 @@ RETURNING id;
 -- (the first feedback wins; a row that was never sent has no provider message id).
 UPDATE delivery_log
 SET status = :status, error = :error, updated_at = :now
-WHERE id = :id AND status = 'sent'
+WHERE id = :id AND run_time_utc = :run_time_utc AND status = 'sent'
 RETURNING id;
 
 -- name: suppression_add
@@ -182,10 +183,11 @@ DELETE FROM suppressions WHERE email = :email RETURNING email;
 -- Unmatched events received since :since whose message now has a delivery row (the
 -- webhook beat the sender's commit of the provider message id).
 SELECT e.id, e.provider, e.event_id, e.kind, e.recipient, e.reason,
-       d.id AS delivery_id, d.user_id, d.status AS delivery_status
+       d.id AS delivery_id, d.run_time_utc AS delivery_run_time_utc, d.user_id,
+       d.status AS delivery_status
 FROM webhook_events AS e
 JOIN LATERAL (
-    SELECT id, user_id, status
+    SELECT id, run_time_utc, user_id, status
     FROM delivery_log
     WHERE provider = e.provider AND provider_message_id = e.provider_message_id
     ORDER BY created_at DESC
