@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reminder_core.errors import (
@@ -21,6 +22,7 @@ from reminder_core.errors import (
     NotFound,
     PayloadTooLarge,
     PreconditionFailed,
+    ProfileDataError,
     Unauthenticated,
 )
 from reminder_core.tokens import TokenError, verify_token
@@ -246,11 +248,29 @@ def install_error_handlers(app: FastAPI) -> None:
         return problem(
             503,
             "Service unavailable",
-            "a dependency (database or profile service) is unavailable; retry shortly",
+            exc.detail
+            if isinstance(exc, ProfileDataError)  # broken profile data: say what is broken
+            else "a dependency (database or profile service) is unavailable; retry shortly",
             kind="unavailable",
             headers={"Retry-After": "5"},
             instance=request.url.path,
         )
+
+    async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # Connection refused or lost, server shutting down, pool exhausted, statement
+        # timeout: retryable outages, not defects (a 500 would read as a bug to clients).
+        log.warning("database unavailable on %s: %s", request.url.path, exc)
+        return problem(
+            503,
+            "Service unavailable",
+            "the database is unavailable; retry shortly",
+            kind="unavailable",
+            headers={"Retry-After": "5"},
+            instance=request.url.path,
+        )
+
+    for outage in (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError):
+        app.add_exception_handler(outage, database_unavailable)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, _exc: Exception) -> JSONResponse:
