@@ -112,6 +112,23 @@ def test_a_sent_delivery_is_one_json_line_with_its_fields(
     assert summary["sent_by_provider"] == {"file": 1}
 
 
+def test_http_client_requests_are_not_logged_per_call_at_info(
+    capfd: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    # Trial finding: httpx logged every provider call at INFO (one line per send).
+    del restore_logging
+    configure_logging("INFO", "json")
+    logging.getLogger("httpx").info("HTTP Request: POST http://provider/emails")
+    logging.getLogger("httpx").warning("connection pool is full")
+    records = json_lines(capfd.readouterr().err)
+    assert [r["event"] for r in records] == ["connection pool is full"]
+    configure_logging("DEBUG", "json")  # asked for everything: everything comes
+    logging.getLogger("httpx").info("HTTP Request: POST http://provider/emails")
+    assert [r["event"] for r in json_lines(capfd.readouterr().err)] == [
+        "HTTP Request: POST http://provider/emails"
+    ]
+
+
 def test_a_retry_and_the_later_send_carry_the_attempt(
     db: Engine,
     queue: PostgresQueue,
