@@ -26,7 +26,26 @@ def _partitions(connection: Connection) -> frozenset[str]:
     return names
 
 
+#: Advisory lock key serialising `reminders migrate` runs on one database.
+MIGRATION_LOCK = 727274
+
+
 def _run(connection: Connection) -> None:
+    # Two replicas of the migration Job at once: the second waits for the first, then finds
+    # nothing to do. A session lock, held across the per-migration transactions (a
+    # transaction-level lock taken outside them ends with the statement that takes it).
+    connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+    connection.commit()
+    try:
+        _migrate(connection)
+    finally:
+        if connection.in_transaction():
+            connection.rollback()
+        connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+        connection.commit()
+
+
+def _migrate(connection: Connection) -> None:
     partitions = _partitions(connection)
 
     def include_name(name: str | None, type_: str, parent_names: object) -> bool:
@@ -41,8 +60,6 @@ def _run(connection: Connection) -> None:
         include_name=include_name,
     )
     with context.begin_transaction():
-        # Two replicas running the migration Job at once: the second waits, then no-ops.
-        context.execute("SELECT pg_advisory_xact_lock(727274)")
         context.run_migrations()
 
 
