@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
@@ -33,6 +34,7 @@ from coordinator.retention import Retention, RetentionResult
 from reminder_core.backlog import refresh_backlog_gauges
 from reminder_core.db.queries import query
 from reminder_core.delivery import advance_reminder, zone_or_none
+from reminder_core.errors import InfrastructureError
 from reminder_core.logging import delivery_fields
 from reminder_core.profiles import ProfileSource
 from reminder_core.queue import DeadLetter, Queue
@@ -41,6 +43,21 @@ from reminder_core.suppression import recheck_paused, rematch_unmatched
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
+
+
+class MaintenanceStepFailed(InfrastructureError):
+    """One or more maintenance steps failed while the others ran.
+
+    Attributes:
+        failures: (step name, exception) per failed step, in order.
+        counts: what the steps that ran did (as in a TickResult).
+    """
+
+    def __init__(self, failures: list[tuple[str, Exception]], counts: dict[str, int]) -> None:
+        names = ", ".join(f"{name}: {exc}" for name, exc in failures)
+        super().__init__(f"maintenance steps failed ({names})")
+        self.failures = failures
+        self.counts = counts
 
 
 class Maintenance:
@@ -101,21 +118,47 @@ class Maintenance:
         (`reminder_core.backlog.refresh_backlog_gauges`), then retention when due; counts
         per kind."""
         # Dead letters first: their reminders are claimed too, and must move on rather
-        # than be re-driven for another round of failing sends.
-        dead_letters = self.record_dead_letters(now)
+        # than be re-driven for another round of failing sends. Each step runs even when
+        # an earlier one failed (a profile service outage must not stop the reapers, the
+        # gauges or retention); the failures are raised together at the end, so the loop
+        # still counts the tick as failed and backs off.
+        failures: list[tuple[str, Exception]] = []
+
+        def step(name: str, run: Callable[[datetime], int]) -> int:
+            try:
+                return run(now)
+            except Exception as exc:
+                log.exception("maintenance step %s failed; the other steps go on", name)
+                failures.append((name, exc))
+                return 0
+
         counts = {
-            "reclaimed": self.reap_claimed(now),
-            "abandoned": self.abandon_sending(now),
-            "dead_letters": dead_letters,
-            "rematched": self.rematch_events(now),
-            "suppression_resumed": self.resume_suppressed(now),
+            "dead_letters": step("dead_letters", self.record_dead_letters),
+            "reclaimed": step("reclaimed", self.reap_claimed),
+            "abandoned": step("abandoned", self.abandon_sending),
+            "rematched": step("rematched", self.rematch_events),
+            "suppression_resumed": step("suppression_resumed", self.resume_suppressed),
         }
         counts = {k: v for k, v in counts.items() if v}
         more = any(v >= self.batch_size for v in counts.values())
-        refresh_backlog_gauges(self._engine, self._queue, now)
-        retention = self.run_retention(now)
+
+        def gauges(at: datetime) -> int:
+            refresh_backlog_gauges(self._engine, self._queue, at)
+            return 0
+
+        step("gauges", gauges)
+        retention = RetentionResult()
+
+        def retain(at: datetime) -> int:
+            nonlocal retention
+            retention = self.run_retention(at)
+            return 0
+
+        step("retention", retain)
         counts.update(retention.counts())
         more = more or retention.more
+        if failures:
+            raise MaintenanceStepFailed(failures, counts)
         return TickResult(processed=sum(counts.values()), more=more, counts=counts)
 
     def run_retention(self, now: datetime) -> RetentionResult:
@@ -228,7 +271,19 @@ class Maintenance:
         fields = delivery_fields(
             reminder_id, run_time, letter.receive_count, None, message_id=letter.message_id
         )
-        profile = self._profiles.get(user_id)
+        try:
+            profile = self._profiles.get(user_id)
+        except InfrastructureError as exc:
+            # Its zone is needed to move a recurring reminder on: try again next tick,
+            # without holding up the other letters.
+            log.warning(
+                "dead letter %s: profile of %r unavailable (%s); recorded at a later tick",
+                letter.message_id,
+                user_id,
+                exc,
+                extra=fields,
+            )
+            return False
         with self._engine.begin() as conn:
             held = conn.execute(
                 query("delivery_held_live"),

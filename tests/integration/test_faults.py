@@ -19,10 +19,12 @@ import httpx
 import pytest
 from sqlalchemy import Engine, text
 
-from coordinator.maintenance import Maintenance
+from coordinator.maintenance import Maintenance, MaintenanceStepFailed
 from coordinator.service import Coordinator
 from reminder_core.dlq import replay
 from reminder_core.domain.retry import RetryPolicy
+from reminder_core.errors import InfrastructureError
+from reminder_core.metrics import NEXT_RUN_LAG
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
 from reminder_core.scheduling import ScheduleConfig
@@ -337,3 +339,89 @@ def test_a_dead_letter_is_not_recorded_while_its_occurrence_is_sent_under_a_live
         conn.execute(text("UPDATE delivery_log SET status = 'sent', sent_at = :t"), {"t": now})
     assert maintenance.record_dead_letters(now + timedelta(seconds=61)) == 1
     assert delivery(db)[0] == "sent"
+
+
+class DownProfiles:
+    """A profile source whose service is down (as HttpProfileSource raises after its
+    retries): InfrastructureError on every lookup."""
+
+    def get(self, user_id: str) -> None:
+        raise InfrastructureError(f"profile service unavailable for {user_id!r}")
+
+
+def dead_letter_one(db, queue, now: datetime) -> str:
+    """One due reminder claimed and its message dead-lettered (3 receives, then a 4th)."""
+    insert_due_reminders(db, 1, next_run_utc=now)
+    with db.connect() as conn:
+        rid = conn.execute(text("SELECT id FROM reminders")).scalar_one()
+    claim(db, queue, now)
+    for i in range(4):
+        queue.receive(now=now + timedelta(minutes=i), max_messages=10, visibility_timeout_s=30)
+    assert queue.depth(now=now).dead_lettered == 1
+    return str(rid)
+
+
+def stuck_claim(db, now: datetime) -> None:
+    """A reminder claimed an hour before `now` by a worker that is gone."""
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO reminders (user_id, title, start_local, timezone, next_run_utc,"
+                " status, claimed_by, claimed_at) VALUES ('bob', 'stuck', '2030-01-01T09:00',"
+                " 'UTC', :at, 'claimed', 'gone', :at)"
+            ),
+            {"at": now - timedelta(hours=1)},
+        )
+
+
+def maintenance_with(db, queue, settings, profiles) -> Maintenance:
+    return Maintenance(
+        db, queue, profiles, schedule_config=ScheduleConfig.from_settings(settings),
+        claim_timeout_s=900, abandon_after_s=900,
+    )  # fmt: skip
+
+
+def test_a_profile_outage_holds_back_only_the_dead_letters_the_other_steps_run(
+    db, queue, settings
+) -> None:
+    # Trial finding: one dead letter whose profile lookup failed aborted every maintenance
+    # tick before the reapers, the backlog gauges and retention ran.
+    now = datetime(2030, 1, 1, 12, tzinfo=UTC)
+    rid = dead_letter_one(db, queue, now)
+    later = now + timedelta(minutes=10)  # its own claim is younger than CLAIM_TIMEOUT_S
+    stuck_claim(db, later)
+    down = maintenance_with(db, queue, settings, DownProfiles())
+    assert down.run_once(later).counts == {"reclaimed": 1}  # the letter waits, the rest ran
+    assert len(queue.dead_letters(limit=10, unrecorded_only=True)) == 1
+    up = maintenance_with(db, queue, settings, LocalProfileSource(settings.effective_profiles_file))
+    assert up.run_once(later).counts == {"dead_letters": 1}
+    with db.connect() as conn:
+        status = conn.execute(
+            text("SELECT status FROM delivery_log WHERE reminder_id = :r"), {"r": rid}
+        ).scalar_one()
+    assert status == "failed"
+
+
+class BrokenDeadLetters(PostgresQueue):
+    """The PostgreSQL queue whose dead-letter listing fails (a DLQ outage)."""
+
+    def dead_letters(self, *, limit: int, unrecorded_only: bool = False) -> list:  # type: ignore[override]
+        del limit, unrecorded_only
+        raise InfrastructureError("dead-letter queue unreachable")
+
+
+def test_a_failing_step_fails_the_tick_after_every_other_step_ran(db, settings) -> None:
+    now = datetime(2030, 1, 1, 12, tzinfo=UTC)
+    queue = BrokenDeadLetters(db, name="reminders", max_receive_count=3)
+    stuck_claim(db, now)
+    insert_due_reminders(db, 1, next_run_utc=now - timedelta(seconds=90))  # 90 s late
+    maintenance = maintenance_with(
+        db, queue, settings, LocalProfileSource(settings.effective_profiles_file)
+    )
+    with pytest.raises(MaintenanceStepFailed) as failed:
+        maintenance.run_once(now)
+    assert [name for name, _ in failed.value.failures] == ["dead_letters"]
+    assert failed.value.counts == {"reclaimed": 1}
+    # The backlog gauges were refreshed after the failed step: the oldest due pending
+    # reminder is the stuck one, re-driven to `pending` at now - 1 h (DESIGN §6 lag).
+    assert NEXT_RUN_LAG._value.get() == 3600.0
