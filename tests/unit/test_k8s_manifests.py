@@ -441,6 +441,21 @@ def test_secrets_are_referenced_never_included(name: str) -> None:
             assert (ref["name"], ref["key"]) in example, ref
 
 
+@pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+def test_every_workload_that_reads_profiles_gets_the_profile_service_token(name: str) -> None:
+    # The API (zones at creation), the sender (address at send time) and maintenance (dead
+    # letters, the suppression recheck) read profiles; with PROFILE_SERVICE_URL set, each
+    # needs the token (operations trial: maintenance had the URL but no token, so every
+    # dead letter failed with 401).
+    docs = rendered(name)
+    for sub in ("api", "sender", "maintenance"):
+        _, _, container = workload_of(docs, sub)
+        env = container_env(docs, container)
+        if "PROFILE_SERVICE_URL" in env:
+            names = {var["name"] for var in container.get("env", [])}
+            assert "PROFILE_SERVICE_TOKEN" in names, sub
+
+
 def test_production_writes_no_local_state() -> None:
     """With DATABASE_URL (no embedded PostgreSQL), JWT_SECRET (no key file), a real email
     provider (no file sink) and a profile service (no profiles file), nothing is written
