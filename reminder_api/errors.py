@@ -245,12 +245,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(InfrastructureError)
     async def unavailable(request: Request, exc: InfrastructureError) -> JSONResponse:
         log.warning("dependency unavailable on %s: %s", request.url.path, exc)
+        dependency = exc.dependency or "database or profile service"
         return problem(
             503,
             "Service unavailable",
             exc.detail
             if isinstance(exc, ProfileDataError)  # broken profile data: say what is broken
-            else "a dependency (database or profile service) is unavailable; retry shortly",
+            else f"a dependency ({dependency}) is unavailable; retry shortly",
             kind="unavailable",
             headers={"Retry-After": "5"},
             instance=request.url.path,

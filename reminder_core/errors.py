@@ -116,4 +116,14 @@ class PermanentDeliveryError(DeliveryError):
 
 
 class InfrastructureError(ReminderError):
-    """A dependency (database, queue, profile service) is unusable right now."""
+    """A dependency (database, queue, profile service) is unusable right now.
+
+    Attributes:
+        dependency: which one, in words a caller may be shown (e.g. "the database", "SNS
+            certificate host sns.us-east-1.amazonaws.com"); None when the raiser does not
+            say (the API then names the usual ones).
+    """
+
+    def __init__(self, message: str, *, dependency: str | None = None) -> None:
+        super().__init__(message)
+        self.dependency = dependency

@@ -1,12 +1,17 @@
 """Apply one verified provider event exactly once (DESIGN §4.8, issue 6): store it, then
 change the delivery, the suppression list and the user's reminders, all in the caller's
 transaction. Signature checks and parsing happen before (webhooks.ses / resend /
-postmark); the rules are `reminder_core.domain.suppression`."""
+postmark); the rules are `reminder_core.domain.suppression`.
+
+This is the one door from provider text to the database: every text of an event, and the
+raw body, pass through `webhooks.parsing.storable` here (U+0000 and lone surrogates become
+U+FFFD), whichever parser made the event. A provider's words are never a reason to refuse
+its event: it would retry it for days."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import Connection
@@ -16,6 +21,7 @@ from reminder_core.domain.states import DeliveryStatus
 from reminder_core.domain.suppression import ApplyOutcome, FeedbackKind, decide_feedback
 from reminder_core.suppression import apply_decision, find_delivery
 from webhooks.events import WebhookEvent
+from webhooks.parsing import storable
 
 __all__ = ["ApplyOutcome", "ApplyResult", "apply_event"]
 
@@ -68,11 +74,17 @@ def apply_event(
     and `claimed` reminders (`paused_reason`, `suppressed_address`). A soft bounce is
     recorded only: the delivery stays `sent`, since the provider may still deliver it.
 
+    Every text of `event` (provider, event id, provider message id, recipient, reason) is
+    used as `storable` makes it: U+0000 and lone surrogates replaced by U+FFFD, so what a
+    remote mail server wrote cannot fail the statement. An event id that differs from
+    another only there is the same event.
+
     Args:
         conn: a connection inside the caller's transaction.
         event: verified and parsed (webhooks.events).
         raw_body: the request body as received, stored for audit (as UTF-8 text,
-            undecodable bytes and NULs replaced by U+FFFD).
+            undecodable bytes and NULs replaced by U+FFFD; a JSON escape such as
+            "\\u0000" is text and stays as sent).
         now: aware UTC; `received_at` and every `updated_at`.
 
     Returns:
@@ -83,6 +95,7 @@ def apply_event(
             recorded none (nothing was written; answer 400).
         sqlalchemy.exc.DBAPIError: the database failed (answer 5xx: the provider retries).
     """
+    event = _storable(event)
     kind = FeedbackKind(event.kind.value)
     delivery = find_delivery(conn, event.provider, event.provider_message_id)
     decision = decide_feedback(kind, delivery_found=delivery is not None)
@@ -133,6 +146,18 @@ def apply_event(
     )
 
 
+def _storable(event: WebhookEvent) -> WebhookEvent:
+    pmid = event.provider_message_id
+    return replace(
+        event,
+        provider=storable(event.provider),
+        event_id=storable(event.event_id),
+        provider_message_id=storable(pmid) if pmid is not None else None,
+        recipient=storable(event.recipient),
+        reason=storable(event.reason),
+    )
+
+
 def _text(raw_body: bytes) -> str:
     # PostgreSQL text holds neither invalid UTF-8 nor U+0000.
-    return raw_body.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+    return storable(raw_body.decode("utf-8", errors="replace"))

@@ -1,14 +1,30 @@
-"""Small pure helpers shared by the provider parsers: JSON bodies, instants, reasons."""
+"""Small pure helpers shared by the provider parsers: JSON bodies, instants, reasons, and
+text PostgreSQL can store."""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 from reminder_core.errors import MalformedBody
 
 #: Longest reason kept from a provider (bounce diagnostics can be long SMTP transcripts).
 MAX_REASON = 1000
+#: Longest event id stored. It is a key of a unique btree index, whose entries PostgreSQL
+#: limits to about 2.7 kB: a longer id would fail the INSERT, and every retry, with 503.
+MAX_EVENT_ID = 255
+#: Longest recipient address accepted (RFC 5321 §4.5.3.1.3: a path is at most 256
+#: octets, its angle brackets included); the suppression list keys on it, as above.
+MAX_ADDRESS = 254
+
+#: What a PostgreSQL `text` value cannot hold: U+0000 (PostgreSQL docs, "Character
+#: Types": "the character with code zero ... cannot be stored") and lone surrogates
+#: (U+D800..U+DFFF), which have no UTF-8 form although JSON's "\ud800" escape decodes to
+#: one (RFC 8259 §8.2).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+#: U+FFFD REPLACEMENT CHARACTER (Unicode §23.8), what a decoder puts for what it cannot read.
+REPLACEMENT = "\ufffd"
 
 
 def parse_json_object(body: bytes | str) -> dict[str, object]:
@@ -39,11 +55,37 @@ def instant(value: object) -> datetime | None:
         return None
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
+    except (ValueError, OverflowError):  # OverflowError: "0001-01-01T00:00+01:00" in UTC
         return None
-    return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
+
+
+def address(value: object, what: str) -> str:
+    """`value` as a recipient address: a string holding "@", at most MAX_ADDRESS
+    characters, surrounding white space removed.
+
+    Raises:
+        MalformedBody: anything else (`what` names the field in the message).
+    """
+    if not isinstance(value, str) or "@" not in value:
+        raise MalformedBody(f"{what} is not an email address")
+    if len(value.strip()) > MAX_ADDRESS:
+        raise MalformedBody(f"{what} is longer than {MAX_ADDRESS} characters")
+    return value.strip()
 
 
 def reason(text: str) -> str:
     """`text` cut to MAX_REASON characters."""
     return text[:MAX_REASON]
+
+
+def storable(text: str) -> str:
+    """`text` with each character PostgreSQL text cannot hold (U+0000, a lone surrogate)
+    replaced by U+FFFD, one for one (lengths and positions are kept).
+
+    Provider text is not ours to refuse: a bounce description quotes a remote mail server,
+    which may send anything, and the provider retries a refused event for days.
+    `webhooks.apply.apply_event` passes every text of an event through this before the
+    database sees it, so parsers keep what the provider sent.
+    """
+    return _UNSTORABLE.sub(REPLACEMENT, text)

@@ -18,7 +18,7 @@ import hmac
 
 from reminder_core.errors import MalformedBody, Unauthenticated
 from webhooks.events import EventKind, WebhookEvent
-from webhooks.parsing import instant, parse_json_object, reason
+from webhooks.parsing import MAX_EVENT_ID, address, instant, parse_json_object, reason
 
 PROVIDER = "postmark"
 CHALLENGE = 'Basic realm="postmark-webhooks", charset="UTF-8"'  # RFC 7617 §2, §2.1
@@ -87,8 +87,8 @@ def parse_postmark_events(body: bytes) -> list[WebhookEvent]:
     "<Type>: <Description> <Details>"; occurred_at `BouncedAt`.
 
     Raises:
-        MalformedBody: not a JSON object, or a bounce/complaint without an integer ID,
-            a MessageID or an Email.
+        MalformedBody: not a JSON object, or a bounce/complaint without an integer ID
+            (of at most 255 digits), a MessageID or an Email (of at most 254 characters).
     """
     document = parse_json_object(body)
     record_type = document.get("RecordType")
@@ -108,21 +108,22 @@ def parse_postmark_events(body: bytes) -> list[WebhookEvent]:
     record_id = document.get("ID")
     if not isinstance(record_id, int) or isinstance(record_id, bool):
         raise MalformedBody("Postmark ID must be a JSON integer")
+    event_id = str(record_id)
+    if len(event_id) > MAX_EVENT_ID:
+        raise MalformedBody(f"Postmark ID longer than {MAX_EVENT_ID} digits")
     message_id = document.get("MessageID")
     if not isinstance(message_id, str) or not message_id:
         raise MalformedBody("Postmark record without a MessageID")
-    email = document.get("Email")
-    if not isinstance(email, str) or "@" not in email:
-        raise MalformedBody("Postmark record without an Email")
+    email = address(document.get("Email"), "Postmark Email")
     words = [w for w in (document.get("Description"), document.get("Details")) if w]
     text = f"{bounce_type}: " + " ".join(str(w) for w in words) if words else str(bounce_type)
     return [
         WebhookEvent(
             provider=PROVIDER,
-            event_id=str(record_id),
+            event_id=event_id,
             kind=kind,
             provider_message_id=message_id,
-            recipient=email.strip(),
+            recipient=email,
             reason=reason(text),
             occurred_at=instant(document.get("BouncedAt")),
         )

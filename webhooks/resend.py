@@ -22,12 +22,11 @@ from svix.webhooks import Webhook, WebhookVerificationError
 
 from reminder_core.errors import MalformedBody, Unauthenticated
 from webhooks.events import EventKind, WebhookEvent
-from webhooks.parsing import instant, parse_json_object, reason
+from webhooks.parsing import MAX_EVENT_ID, address, instant, parse_json_object, reason
 
 PROVIDER = "resend"
 SIGNATURE_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
-#: Longest svix-id we store as an event id (Svix ids are "msg_" + 27 characters).
-MAX_EVENT_ID = 255
+# Svix ids are "msg_" + 27 characters; longer than MAX_EVENT_ID is refused.
 
 
 class ResendVerifier:
@@ -91,7 +90,7 @@ def parse_resend_events(event_id: str, body: bytes) -> list[WebhookEvent]:
 
     Raises:
         MalformedBody: not a JSON object, or a bounce/complaint without `data.email_id`
-            or recipients, or an event id over 255 characters.
+            or recipients, an address over 254 characters, or an event id over 255.
     """
     document = parse_json_object(body)
     kind_name = document.get("type")
@@ -127,13 +126,9 @@ def parse_resend_events(event_id: str, body: bytes) -> list[WebhookEvent]:
 
 def _recipients(to: object) -> list[str]:
     addresses = [to] if isinstance(to, str) else to
-    if (
-        not isinstance(addresses, list)
-        or not addresses
-        or not all(isinstance(a, str) and "@" in a for a in addresses)
-    ):
+    if not isinstance(addresses, list) or not addresses:
         raise MalformedBody("Resend event without recipient addresses in data.to")
-    return [a.strip() for a in addresses]
+    return [address(a, "Resend data.to") for a in addresses]
 
 
 def _bounce(bounce: object) -> tuple[EventKind, str]:

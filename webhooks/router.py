@@ -81,10 +81,12 @@ def build_router(
       unknown provider message ids are stored and acknowledged); `"confirmed"` for an SNS
       subscription confirmed; `"ignored"` for verified requests carrying nothing to apply.
     - 401 bad, missing, expired or malformed signature, or wrong basic auth (nothing read
-      past the check, nothing changed); 403 an SNS notification from a topic that is not
-      configured; 400 malformed body; 413 body over `max_body_bytes`; 404 a provider that
-      is not configured; 503 the database, or the SNS certificate host, is unavailable
-      (the provider retries).
+      past the check, nothing changed), or an SNS certificate URL whose host does not
+      exist or refuses it, or that serves no RSA certificate (the sender's fault); 403 an
+      SNS notification from a topic that is not configured; 400 malformed body; 413 body
+      over `max_body_bytes`; 404 a provider that is not configured; 503 the database, or
+      the SNS certificate host, cannot be reached or answers 5xx (ours or AWS's fault: the
+      provider retries; the problem's detail names which).
 
     Args:
         config: provider secrets and limits.
@@ -118,7 +120,9 @@ def build_router(
             with engine.begin() as conn:
                 results = [apply_event(conn, e, raw_body=body, now=now) for e in events]
         except (OperationalError, InterfaceError) as exc:
-            raise InfrastructureError(f"database unavailable: {type(exc).__name__}") from exc
+            raise InfrastructureError(
+                f"database unavailable: {type(exc).__name__}", dependency="the database"
+            ) from exc
         except ValueError as exc:  # apply_event: a hard bounce naming no recipient
             raise MalformedBody(str(exc)) from exc
         duplicates = sum(1 for r in results if r.duplicate)

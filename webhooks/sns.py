@@ -24,6 +24,7 @@ import binascii
 import json
 import logging
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -45,17 +46,24 @@ from reminder_core.errors import (
     Unauthenticated,
 )
 from webhooks.events import EventKind, WebhookEvent
-from webhooks.parsing import instant, parse_json_object, reason
+from webhooks.parsing import address, instant, parse_json_object, reason
 
 log = logging.getLogger(__name__)
 
 PROVIDER = "ses"
 
 #: The only hosts a signing certificate or a SubscribeURL may come from:
-#: sns.<region>.amazonaws.com, e.g. sns.us-east-1.amazonaws.com, sns.us-gov-west-1...
+#: sns.<region>.amazonaws.com, the region spelt as AWS spells its regions (AWS General
+#: Reference, "AWS service endpoints"): a two-letter area, "-gov" for GovCloud, a
+#: direction, a number: us-east-1, ap-southeast-2, us-gov-west-1, il-central-1, ...
 #: Matched against the whole authority, so userinfo ("a@b"), ports, look-alike suffixes
-#: ("...amazonaws.com.evil.com") and other hosts never match.
-SNS_HOST = re.compile(r"sns\.[a-z]{2}(?:-[a-z]+)+-\d{1,2}\.amazonaws\.com")
+#: ("...amazonaws.com.evil.com") and other hosts never match; the host of an
+#: unauthenticated request is not ours to invent ("sns.<anything>.amazonaws.com" is not
+#: accepted), so there are only a few thousand names it can make us look up.
+SNS_HOST = re.compile(
+    r"sns\.[a-z]{2}(?:-gov)?-(?:(?:north|south)?(?:east|west)|north|south|central)"
+    r"-\d{1,2}\.amazonaws\.com"
+)
 #: Path of a signing certificate, e.g. /SimpleNotificationService-<hash>.pem (no "..").
 _CERT_PATH = re.compile(r"(?:/[A-Za-z0-9_-][A-Za-z0-9._-]*)+\.pem")
 #: Characters RFC 3986 allows in a URI; anything else (spaces, backslashes, non-ASCII,
@@ -85,6 +93,21 @@ FETCH_TIMEOUT_S = 5.0
 MAX_CERT_BYTES = 64 * 1024
 CERT_CACHE_SIZE = 32
 CERT_CACHE_TTL_S = 24 * 3600.0
+#: Failed certificate fetches are remembered, so that a request repeating a bad URL costs
+#: no fetch (an unauthenticated caller chooses the URL): this many URLs, and hosts...
+FAILURE_CACHE_SIZE = 256
+#: ...a URL refused by its host (3xx, 4xx, not an RSA PEM) or on a host that does not
+#: exist, for this long: such a URL never starts to work for a real SNS message...
+REFUSED_TTL_S = 300.0
+#: ...and a host that could not be reached (network, DNS server, timeout, 5xx) for
+#: this long: short, since SNS retries an HTTPS delivery 20 s later by default (AWS SNS
+#: Developer Guide, "Amazon SNS message delivery retries": 3 retries, 20 s apart).
+UNREACHABLE_TTL_S = 10.0
+#: getaddrinfo's answers that the name does not exist (NXDOMAIN, or no address): the
+#: sender's doing, unlike EAI_AGAIN (the DNS server did not answer: ours).
+_NO_SUCH_HOST = frozenset(
+    code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) if code is not None
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +256,16 @@ class SnsVerifier:
 
     Certificates are fetched with `http` (only from URLs `checked_sns_url` accepts,
     redirects not followed) and kept in a bounded cache (`cache_size` entries, each for
-    `cache_ttl_s` seconds), so a burst of notifications costs one fetch. Thread-safe.
+    `cache_ttl_s` seconds), so a burst of notifications costs one fetch. Failures are
+    cached too (FAILURE_CACHE_SIZE entries each): a URL its host refused, or on a host
+    that does not exist, answers 401 again for REFUSED_TTL_S without a fetch; a host that
+    could not be reached answers 503 again for UNREACHABLE_TTL_S. Thread-safe.
+
+    Whose fault a failed fetch is decides the answer: the caller chose the URL, so a host
+    that does not exist (NXDOMAIN), a 3xx or 4xx, or a body that is not an RSA
+    certificate is the sender's (Unauthenticated, 401: SNS does not retry it); a network
+    or DNS server that does not answer, a timeout or a 5xx is ours or AWS's
+    (InfrastructureError naming the host, 503: SNS retries).
 
     Args:
         topic_arns: the topics whose notifications are accepted and whose subscriptions
@@ -251,6 +283,8 @@ class SnsVerifier:
         timeout_s: float = FETCH_TIMEOUT_S,
         cache_size: int = CERT_CACHE_SIZE,
         cache_ttl_s: float = CERT_CACHE_TTL_S,
+        refused_ttl_s: float = REFUSED_TTL_S,
+        unreachable_ttl_s: float = UNREACHABLE_TTL_S,
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
         self.topic_arns = frozenset(topic_arns)
@@ -258,6 +292,13 @@ class SnsVerifier:
         self._timeout_s = timeout_s
         self._keys: TTLCache[str, rsa.RSAPublicKey] = TTLCache(
             maxsize=cache_size, ttl=cache_ttl_s, timer=timer
+        )
+        # URL -> why it was refused; host -> why it could not be reached.
+        self._refused: TTLCache[str, str] = TTLCache(
+            maxsize=FAILURE_CACHE_SIZE, ttl=refused_ttl_s, timer=timer
+        )
+        self._unreachable: TTLCache[str, str] = TTLCache(
+            maxsize=FAILURE_CACHE_SIZE, ttl=unreachable_ttl_s, timer=timer
         )
         self._lock = threading.Lock()
 
@@ -275,10 +316,11 @@ class SnsVerifier:
         Raises:
             MalformedBody: not a JSON object.
             Unauthenticated: unsigned, badly signed, certificate URL or SubscribeURL off
-                the SNS hosts, certificate unusable.
+                the SNS hosts, certificate unusable (see `public_key`).
             Forbidden: a verified Notification from a topic that is not configured.
-            InfrastructureError: the certificate or SubscribeURL request failed in
-                transit or with a 5xx (retry later; SNS redelivers).
+            InfrastructureError: the certificate or SubscribeURL host could not be
+                reached, or answered a 5xx (retry later; SNS redelivers); its
+                `dependency` names the host.
         """
         fields = parse_json_object(body)
         parts = signed_parts(fields)  # before any fetch: an unsigned message costs nothing
@@ -297,36 +339,63 @@ class SnsVerifier:
         return SnsReceipt("ignored", message)
 
     def public_key(self, cert_url: object) -> rsa.RSAPublicKey:
-        """The RSA public key of the certificate at `cert_url` (cached).
+        """The RSA public key of the certificate at `cert_url` (cached, and so are the
+        failures: see the class docstring).
 
         Raises:
-            Unauthenticated: URL refused (nothing fetched), not a PEM X.509 certificate,
-                not an RSA key, or the host answered a 4xx/redirect.
-            InfrastructureError: transport error or 5xx.
+            Unauthenticated: URL refused (nothing fetched), its host does not exist or
+                answered a 3xx/4xx, or it is not a PEM X.509 certificate with an RSA key.
+            InfrastructureError: the host could not be reached (network, DNS server,
+                timeout) or answered a 5xx; `dependency` names the host.
         """
         url = checked_sns_url(cert_url, purpose="certificate")
+        host = httpx.URL(url).host
         with self._lock:
             cached = self._keys.get(url)
+            refused = self._refused.get(url)
+            unreachable = self._unreachable.get(host)
         if cached is not None:
             return cached
+        if refused is not None:
+            raise Unauthenticated(f"{refused} (remembered; not fetched again)")
+        if unreachable is not None:
+            raise InfrastructureError(
+                f"{unreachable} (remembered; not asked again yet)",
+                dependency=_certificate_host(host),
+            )
         try:
-            certificate = x509.load_pem_x509_certificate(self._get(url))
-            key = certificate.public_key()
-        except (ValueError, UnsupportedAlgorithm) as exc:
-            raise Unauthenticated("SNS signing certificate is not a usable X.509 PEM") from exc
-        if not isinstance(key, rsa.RSAPublicKey):
-            raise Unauthenticated("SNS signing certificate does not hold an RSA key")
+            key = _rsa_key(self._get(url, dependency=_certificate_host(host)))
+        except Unauthenticated as exc:
+            with self._lock:
+                self._refused[url] = str(exc)
+            raise
+        except InfrastructureError as exc:
+            with self._lock:
+                self._unreachable[host] = str(exc)
+            raise
         with self._lock:
             self._keys[url] = key
         return key
 
-    def _get(self, url: str) -> bytes:
+    def _get(self, url: str, *, dependency: str | None = None) -> bytes:
+        """The body of a GET of `url` (redirects not followed), at most MAX_CERT_BYTES.
+
+        Raises:
+            Unauthenticated: the host does not exist, answered other than 200 below 500,
+                or sent too much.
+            InfrastructureError: the host could not be reached, or answered a 5xx
+                (`dependency`: the name given, else "SNS host <host>").
+        """
+        host = httpx.URL(url).host
+        dependency = dependency or f"SNS host {host}"
         try:
             with self._http.stream(
                 "GET", url, timeout=self._timeout_s, follow_redirects=False
             ) as response:
                 if response.status_code >= 500:
-                    raise InfrastructureError(f"{url} answered {response.status_code}")
+                    raise InfrastructureError(
+                        f"{url} answered {response.status_code}", dependency=dependency
+                    )
                 if response.status_code != 200:
                     raise Unauthenticated(f"{url} answered {response.status_code}")
                 chunks: list[bytes] = []
@@ -338,7 +407,40 @@ class SnsVerifier:
                     chunks.append(chunk)
                 return b"".join(chunks)
         except httpx.HTTPError as exc:
-            raise InfrastructureError(f"GET {url} failed: {type(exc).__name__}") from exc
+            if no_such_host(exc):
+                raise Unauthenticated(f"{host} does not exist (DNS)") from exc
+            raise InfrastructureError(
+                f"GET {url} failed: {type(exc).__name__}: {exc}", dependency=dependency
+            ) from exc
+
+
+def no_such_host(exc: BaseException) -> bool:
+    """Whether `exc` (an httpx error) was caused by a DNS answer that the name does not
+    exist (`socket.gaierror` EAI_NONAME / EAI_NODATA, found along `__cause__` /
+    `__context__`), rather than a resolver that did not answer (EAI_AGAIN) or any other
+    transport failure."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, socket.gaierror):
+            return cause.errno in _NO_SUCH_HOST
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _certificate_host(host: str) -> str:
+    return f"SNS certificate host {host}"
+
+
+def _rsa_key(pem: bytes) -> rsa.RSAPublicKey:
+    try:
+        key = x509.load_pem_x509_certificate(pem).public_key()
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise Unauthenticated("SNS signing certificate is not a usable X.509 PEM") from exc
+    if not isinstance(key, rsa.RSAPublicKey):
+        raise Unauthenticated("SNS signing certificate does not hold an RSA key")
+    return key
 
 
 def _message(fields: Mapping[str, object]) -> SnsMessage:
@@ -466,7 +568,4 @@ def _recipients(container: Mapping[str, object], name: str) -> list[dict[str, ob
 
 
 def _address(recipient: Mapping[str, object]) -> str:
-    address = recipient.get("emailAddress")
-    if not isinstance(address, str) or "@" not in address:
-        raise MalformedBody("SES recipient without an emailAddress")
-    return address.strip()
+    return address(recipient.get("emailAddress"), "SES recipient emailAddress")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -603,3 +604,242 @@ def test_a_sent_email_that_bounces_pauses_its_reminder_and_is_not_sent_again(
     finally:
         http.close()
         fake.stop()
+
+
+# == text PostgreSQL cannot hold ======================================================
+# A new-user trial: a verified bounce whose description held U+0000 answered 500 on
+# every retry (psycopg.DataError: "PostgreSQL text fields cannot contain NUL (0x00)
+# bytes"). Bounce descriptions come from remote mail servers, so such an event must be
+# applied, with every U+0000 (and lone surrogate, which UTF-8 cannot encode) replaced by
+# U+FFFD, the replacement character of Unicode §3.9 / §23.8.
+
+NUL, LONE_SURROGATE, REPLACEMENT = "\x00", "\ud800", "\ufffd"
+
+
+def webhook_row(engine: Engine) -> dict[str, Any]:
+    with engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT event_id, provider_message_id, recipient, reason, raw_body, outcome"
+                " FROM webhook_events"
+            )
+        ).one()
+    return dict(row._mapping)
+
+
+def delivery_error(engine: Engine, delivery_id: uuid.UUID) -> str:
+    with engine.connect() as conn:
+        return conn.execute(
+            text("SELECT error FROM delivery_log WHERE id = :id"), {"id": delivery_id}
+        ).scalar_one()
+
+
+@pytest.mark.parametrize("bad", [NUL, LONE_SURROGATE], ids=["nul", "lone-surrogate"])
+def test_postmark_description_with_unstorable_text_is_applied(
+    client: TestClient, db: Engine, bad: str
+) -> None:
+    delivery = sent_delivery(
+        db, provider="postmark", message_id=POSTMARK_MESSAGE_ID, recipient="john@example.com"
+    )
+    body = raw({**POSTMARK_BOUNCE, "Description": f"d{bad}", "Details": f"x{bad}y"})
+
+    resp = client.post(POSTMARK_URL, content=body, headers=basic())
+
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"status": "processed", "events": 1, "duplicates": 0}
+    assert delivery_status(db, delivery) == "bounced"
+    reason = f"HardBounce: d{REPLACEMENT} x{REPLACEMENT}y"
+    assert webhook_row(db)["reason"] == reason
+    assert delivery_error(db, delivery).endswith(reason)  # "hard bounce: <reason>"
+    assert suppressed(db) == ["john@example.com"]
+    # Postmark retries: a duplicate, nothing changes.
+    before = snapshot(db)
+    assert client.post(POSTMARK_URL, content=body, headers=basic()).json()["duplicates"] == 1
+    assert snapshot(db) == before
+
+
+def test_postmark_ids_and_address_with_nul_are_applied(client: TestClient, db: Engine) -> None:
+    body = raw({**POSTMARK_BOUNCE, "MessageID": "m\x00", "Email": "x@y.z\x00"})
+    resp = client.post(POSTMARK_URL, content=body, headers=basic())
+    assert resp.status_code == 200, resp.text
+    row = webhook_row(db)
+    assert (row["provider_message_id"], row["recipient"]) == ("m\ufffd", "x@y.z\ufffd")
+    assert row["outcome"] == "unmatched"
+
+
+def test_the_trial_postmark_repro_is_applied(client: TestClient, db: Engine) -> None:
+    # The trial's own request, byte for byte.
+    body = (
+        b'{"RecordType":"Bounce","ID":1,"Type":"HardBounce","MessageID":"m",'
+        b'"Email":"x@y.z","Description":"d\\u0000"}'
+    )
+    resp = client.post(POSTMARK_URL, content=body, headers=basic())
+    assert resp.status_code == 200, resp.text
+    row = webhook_row(db)
+    assert row["reason"] == "HardBounce: d\ufffd"
+    assert row["raw_body"] == body.decode()  # the escape is text, kept as received
+
+
+@pytest.mark.parametrize("bad", [NUL, LONE_SURROGATE], ids=["nul", "lone-surrogate"])
+def test_resend_bounce_message_with_unstorable_text_is_applied(
+    client: TestClient, db: Engine, bad: str
+) -> None:
+    delivery = sent_delivery(
+        db, provider="resend", message_id=RESEND_EMAIL_ID, recipient="delivered@example.com"
+    )
+    bounced = json.loads(json.dumps(RESEND_BOUNCED))
+    bounced["data"]["bounce"]["message"] = f"550 bad{bad} thing"
+    body = raw(bounced)
+
+    resp = client.post(RESEND_URL, content=body, headers=resend_headers(body))
+
+    assert resp.status_code == 200, resp.text
+    assert delivery_status(db, delivery) == "bounced"
+    assert webhook_row(db)["reason"] == f"Permanent/Suppressed: 550 bad{REPLACEMENT} thing"
+
+
+def test_resend_email_id_with_nul_is_stored_unmatched(client: TestClient, db: Engine) -> None:
+    bounced = json.loads(json.dumps(RESEND_BOUNCED))
+    bounced["data"]["email_id"] = "a\x00b"
+    body = raw(bounced)
+    resp = client.post(RESEND_URL, content=body, headers=resend_headers(body))
+    assert resp.status_code == 200, resp.text
+    row = webhook_row(db)
+    assert (row["provider_message_id"], row["outcome"]) == ("a\ufffdb", "unmatched")
+
+
+@pytest.mark.parametrize("bad", [NUL, LONE_SURROGATE], ids=["nul", "lone-surrogate"])
+def test_ses_diagnostic_with_unstorable_text_is_applied(
+    client: TestClient, db: Engine, signer: SnsSigner, bad: str
+) -> None:
+    delivery = sent_delivery(
+        db, provider="ses", message_id=SES_MESSAGE_ID, recipient="jane@example.com"
+    )
+    ses = json.loads(json.dumps(SES_BOUNCE))
+    ses["bounce"]["bouncedRecipients"][0]["diagnosticCode"] = f"smtp; 550{bad}"
+
+    resp = client.post(SES_URL, content=ses_notification(signer, ses))
+
+    assert resp.status_code == 200, resp.text
+    assert delivery_status(db, delivery) == "bounced"
+    assert webhook_row(db)["reason"] == f"Permanent/General: smtp; 550{REPLACEMENT}"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"Email": os.urandom(1500).hex() + "@example.com"},
+        {"ID": int("9" * 256)},
+    ],
+    ids=["address-over-254", "id-over-255-digits"],
+)
+def test_postmark_ids_and_addresses_too_long_to_index_answer_400(
+    client: TestClient, db: Engine, change: dict[str, Any]
+) -> None:
+    # Before: the INSERT into a unique index failed ("index row size ... exceeds btree
+    # maximum", an OperationalError), so Postmark got 503 and retried the event for ever.
+    # RFC 5321 §4.5.3.1.3 bounds a path to 256 octets with its angle brackets.
+    sent_delivery(
+        db, provider="postmark", message_id=POSTMARK_MESSAGE_ID, recipient="john@example.com"
+    )
+    before = snapshot(db)
+    resp = client.post(POSTMARK_URL, content=raw({**POSTMARK_BOUNCE, **change}), headers=basic())
+    assert_problem(resp, 400)
+    assert snapshot(db) == before
+
+
+# == SNS certificate fetches an unauthenticated caller can cause =======================
+# A new-user trial: an unsigned POST naming SigningCertURL=https://sns.<any
+# string>.amazonaws.com/x.pem made the API fetch that URL on every request and answer 503
+# "a dependency (database or profile service) is unavailable". A URL the caller chose is
+# its own fault when it leads nowhere (401: SNS does not retry a 4xx); only a host we
+# cannot reach is ours (503, naming that host, so SNS retries).
+
+
+def forged_ses(signer: SnsSigner, cert_url: str) -> bytes:
+    """A notification signed with our throwaway key, claiming a certificate at `cert_url`
+    (anyone can write such a body: the signature is checked only with that certificate)."""
+    return raw(signer.sign(notification(json.dumps(SES_BOUNCE), message_id="m"), cert_url=cert_url))
+
+
+def test_the_trial_certificate_url_answers_401_without_a_fetch(
+    client: TestClient, db: Engine, signer: SnsSigner, sns_host: FakeSnsHost
+) -> None:
+    before = snapshot(db)
+    for _ in range(2):
+        resp = client.post(
+            SES_URL,
+            content=forged_ses(signer, "https://sns.ab-any-string-you-like-9.amazonaws.com/x.pem"),
+        )
+        problem = assert_problem(resp, 401)
+        assert "database" not in problem["detail"]
+    assert sns_host.requests == []
+    assert snapshot(db) == before
+
+
+def test_a_certificate_url_its_host_refuses_answers_401_and_is_fetched_once(
+    client: TestClient, db: Engine, signer: SnsSigner, sns_host: FakeSnsHost
+) -> None:
+    before = snapshot(db)
+    for _ in range(3):
+        body = forged_ses(signer, f"https://{SNS_HOST}/SimpleNotificationService-forged.pem")
+        assert_problem(client.post(SES_URL, content=body), 401)  # the host answers 404
+    assert sns_host.requests == ["/SimpleNotificationService-forged.pem"]
+    assert snapshot(db) == before
+
+
+def app_fetching_with(
+    settings: Settings, db: Engine, clock: Clock, http: httpx.Client
+) -> TestClient:
+    configured = settings.model_copy(update={"webhook_sns_topic_arns": (TOPIC_ARN,)})
+    app = create_app(
+        configured,
+        db,
+        LocalProfileSource(configured.effective_profiles_file),
+        clock=clock,
+        webhook_http=http,
+    )
+    return TestClient(app)
+
+
+def test_an_unreachable_certificate_host_answers_503_naming_it(
+    db: Engine, settings: Settings, clock: Clock, signer: SnsSigner
+) -> None:
+    with fake_sns_host(signer.cert_pem) as down:
+        http = down.client()
+    # The server is closed: connecting to it is refused, as when our network is down.
+    with app_fetching_with(settings, db, clock, http) as api:
+        resp = api.post(SES_URL, content=ses_notification(signer, SES_BOUNCE))
+    problem = assert_problem(resp, 503)
+    assert SNS_HOST in problem["detail"], problem
+    assert "database" not in problem["detail"]
+    assert resp.headers["Retry-After"]
+
+
+class _ToNowhere(httpx.BaseTransport):
+    """Sends every request to the host name "nxdomain.invalid", which RFC 6761 §6.4
+    reserves as never existing: a real DNS lookup that answers NXDOMAIN."""
+
+    def __init__(self) -> None:
+        self._inner = httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self._inner.handle_request(
+            httpx.Request(request.method, request.url.copy_with(host="nxdomain.invalid"))
+        )
+
+
+def test_a_certificate_host_that_does_not_exist_answers_401(
+    db: Engine, settings: Settings, clock: Clock, signer: SnsSigner
+) -> None:
+    try:
+        socket.getaddrinfo("nxdomain.invalid", 443)
+    except socket.gaierror as exc:
+        if exc.errno != socket.EAI_NONAME:
+            pytest.skip(f"this machine's resolver does not answer NXDOMAIN: {exc}")
+    else:
+        pytest.skip("this machine's resolver resolves nxdomain.invalid")
+    with app_fetching_with(settings, db, clock, httpx.Client(transport=_ToNowhere())) as api:
+        resp = api.post(SES_URL, content=ses_notification(signer, SES_BOUNCE))
+    problem = assert_problem(resp, 401)
+    assert "does not exist" in problem["detail"], problem

@@ -1,6 +1,10 @@
 """No input makes a webhook verifier or parser fail with anything but the errors the API
 answers with a 4xx (issue 6: "never a 500"): random bodies, JSON documents shaped like the
-providers' and random signature headers (hypothesis)."""
+providers' and random signature headers (hypothesis). Strings include what PostgreSQL
+text cannot hold (U+0000, lone surrogates: a new-user trial's bounce description with a
+NUL answered 500) and instants at the edge of Python's range; the same documents go
+through `apply_event` against the database in tests/integration/test_webhooks_fuzz_db.py.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from tests.support.webhook_payloads import (
     SES_BOUNCE,
     SES_COMPLAINT,
 )
+from webhooks.parsing import instant, storable
 from webhooks.postmark import check_basic_auth, parse_postmark_events
 from webhooks.resend import ResendVerifier, parse_resend_events
 from webhooks.sns import SnsMessage, SnsVerifier, parse_ses_events
@@ -27,11 +32,24 @@ from webhooks.sns import SnsMessage, SnsVerifier, parse_ses_events
 SECRET = "whsec_" + base64.b64encode(b"k" * 24).decode()
 SIGNER = SnsSigner()
 
+#: Any code point, surrogates included, with U+0000 and a lone surrogate drawn often.
+texts = st.text(
+    st.characters(exclude_categories=()) | st.sampled_from(["\x00", "\ud800", "\udfff"]),
+    max_size=20,
+)
+#: ISO 8601 instants whose UTC reading falls outside datetime's years 1..9999, and others.
+edge_instants = st.sampled_from(
+    [
+        "0001-01-01T00:00:00+01:00",
+        "9999-12-31T23:59:59-01:00",
+        "0001-01-01T00:00:00Z",
+        "2016-01-27T14:59:38.237Z",
+        "2016-01-27T14:59:38",
+    ]
+)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=12), children, max_size=3)
-    ),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | texts | edge_instants,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(texts, children, max_size=3),
     max_leaves=12,
 )
 
@@ -60,6 +78,23 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+@FUZZ
+@given(texts)
+def test_storable_text_encodes_to_utf8_without_nul(text: str) -> None:
+    kept = storable(text)
+    assert "\x00" not in kept
+    kept.encode("utf-8")  # strict: a lone surrogate would raise
+    assert len(kept) == len(text)
+    assert all(a == b or b == "\ufffd" for a, b in zip(text, kept, strict=True))
+
+
+@FUZZ
+@given(st.one_of(edge_instants, texts, json_values))
+def test_instants_never_raise(value: object) -> None:
+    parsed = instant(value)
+    assert parsed is None or parsed.utcoffset() is not None
 
 
 @FUZZ

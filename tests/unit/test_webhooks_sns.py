@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
@@ -41,7 +44,14 @@ from tests.support.sns import (
 )
 from tests.support.webhook_payloads import SES_BOUNCE, SES_COMPLAINT
 from webhooks.events import EventKind, WebhookEvent
-from webhooks.sns import SnsMessage, SnsVerifier, checked_sns_url, parse_ses_events, string_to_sign
+from webhooks.sns import (
+    SnsMessage,
+    SnsVerifier,
+    checked_sns_url,
+    no_such_host,
+    parse_ses_events,
+    string_to_sign,
+)
 
 AWS_CERT_URL = (
     "https://sns.us-west-2.amazonaws.com/"
@@ -166,6 +176,12 @@ def test_a_message_that_cannot_be_canonicalised_is_unauthenticated(
         "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem",
         "https://sns.us-gov-west-1.amazonaws.com/SimpleNotificationService-abc.pem",
         "https://sns.ap-southeast-2.amazonaws.com/SimpleNotificationService-abc.pem",
+        # More of AWS's regions (AWS General Reference, "AWS service endpoints").
+        "https://sns.il-central-1.amazonaws.com/SimpleNotificationService-abc.pem",
+        "https://sns.ap-northeast-3.amazonaws.com/SimpleNotificationService-abc.pem",
+        "https://sns.eu-north-1.amazonaws.com/SimpleNotificationService-abc.pem",
+        "https://sns.af-south-1.amazonaws.com/SimpleNotificationService-abc.pem",
+        "https://sns.us-gov-east-1.amazonaws.com/SimpleNotificationService-abc.pem",
     ],
 )
 def test_sns_certificate_urls_are_accepted(url: str) -> None:
@@ -196,6 +212,15 @@ def test_sns_certificate_urls_are_accepted(url: str) -> None:
         "https://sns.us-east-1.amazonaws.com/cert.pem#x",
         "https://sns.us-east-1.amazonaws.com/ cert.pem",
         "//sns.us-east-1.amazonaws.com/cert.pem",
+        # The trial: any string between "sns." and ".amazonaws.com" was a host to fetch
+        # from; the region must read as AWS spells its regions.
+        "https://sns.ab-any-string-at-all-1.amazonaws.com/x.pem",
+        "https://sns.xx-yyyyyyyyyyyyyyyyyyyy-1.amazonaws.com/x.pem",
+        "https://sns.us-east-east-1.amazonaws.com/x.pem",
+        "https://sns.us-gov-gov-west-1.amazonaws.com/x.pem",
+        "https://sns.usa-east-1.amazonaws.com/x.pem",
+        "https://sns.us-east.amazonaws.com/x.pem",
+        "https://sns.us-east-123.amazonaws.com/x.pem",
         "",
         None,
         42,
@@ -368,6 +393,119 @@ def test_a_certificate_host_failing_is_infrastructure(signer: SnsSigner) -> None
     )
     with pytest.raises(InfrastructureError):
         down.receive(body(signer.sign(notification("x", message_id="m"))))
+
+
+class Timer:
+    """A monotonic clock the test moves by hand (for the caches' TTLs)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def other_cert_url(path: str) -> str:
+    return f"https://{SNS_HOST}/{path}.pem"
+
+
+@pytest.mark.parametrize("status", [403, 404])
+def test_a_refused_certificate_url_is_remembered_for_a_while(
+    signer: SnsSigner, status: int
+) -> None:
+    # An unauthenticated caller chooses the URL: repeating it must not cost a fetch.
+    aws, timer = FakeAws(signer.cert_pem, status=status), Timer()
+    verifier = SnsVerifier(
+        topic_arns=[TOPIC_ARN],
+        http=httpx.Client(transport=httpx.MockTransport(aws)),
+        refused_ttl_s=300,
+        timer=timer,
+    )
+    forged = body(signer.sign(notification("x", message_id="m"), cert_url=other_cert_url("x")))
+    for _ in range(3):
+        with pytest.raises(Unauthenticated):
+            verifier.receive(forged)
+    assert aws.urls == [other_cert_url("x")]
+    timer.now += 301
+    with pytest.raises(Unauthenticated):
+        verifier.receive(forged)
+    assert len(aws.urls) == 2
+
+
+def test_an_unreachable_certificate_host_is_remembered_briefly(signer: SnsSigner) -> None:
+    asked: list[str] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        raise httpx.ConnectError("connection refused", request=request)
+
+    timer = Timer()
+    verifier = SnsVerifier(
+        topic_arns=[TOPIC_ARN],
+        http=httpx.Client(transport=httpx.MockTransport(refuse)),
+        unreachable_ttl_s=10,
+        timer=timer,
+    )
+    for path in ("a", "b", "c"):  # any path on that host: the host is down
+        signed = signer.sign(notification("x", message_id="m"), cert_url=other_cert_url(path))
+        with pytest.raises(InfrastructureError) as raised:
+            verifier.receive(body(signed))
+        assert raised.value.dependency == f"SNS certificate host {SNS_HOST}"
+    assert asked == [other_cert_url("a")]
+    timer.now += 11  # SNS's next retry, 20 s later, finds the host asked again
+    with pytest.raises(InfrastructureError):
+        verifier.receive(body(signer.sign(notification("x", message_id="m"))))
+    assert asked == [other_cert_url("a"), CERT_URL]
+
+
+def test_a_certificate_host_answering_5xx_names_the_host(signer: SnsSigner) -> None:
+    with pytest.raises(InfrastructureError) as raised:
+        verifier_for(FakeAws(signer.cert_pem, status=502)).receive(
+            body(signer.sign(notification("x", message_id="m")))
+        )
+    assert raised.value.dependency == f"SNS certificate host {SNS_HOST}"
+
+
+def gai_error(code: int) -> httpx.ConnectError:
+    """An httpx.ConnectError chained as httpx chains a failed name lookup: httpx ->
+    httpcore -> socket.gaierror (as a real lookup of "nxdomain.invalid" gives)."""
+    lookup = socket.gaierror(code, "lookup failed")
+    inner = httpcore.ConnectError(str(lookup))
+    inner.__cause__ = lookup
+    outer = httpx.ConnectError(str(inner))
+    outer.__cause__ = inner
+    return outer
+
+
+def test_a_host_that_does_not_exist_is_the_senders_fault(signer: SnsSigner) -> None:
+    # NXDOMAIN (EAI_NONAME): the name the caller chose does not exist, 401 (SNS does not
+    # retry a 4xx). EAI_AGAIN (no answer from the DNS server) is ours: 503.
+    def lookup(code: int) -> Callable[[httpx.Request], httpx.Response]:
+        def fail(_: httpx.Request) -> httpx.Response:
+            raise gai_error(code)
+
+        return fail
+
+    signed = body(signer.sign(notification("x", message_id="m")))
+    nxdomain = SnsVerifier(
+        topic_arns=[TOPIC_ARN],
+        http=httpx.Client(transport=httpx.MockTransport(lookup(socket.EAI_NONAME))),
+    )
+    with pytest.raises(Unauthenticated, match="does not exist"):
+        nxdomain.receive(signed)
+    no_answer = SnsVerifier(
+        topic_arns=[TOPIC_ARN],
+        http=httpx.Client(transport=httpx.MockTransport(lookup(socket.EAI_AGAIN))),
+    )
+    with pytest.raises(InfrastructureError):
+        no_answer.receive(signed)
+
+
+def test_no_such_host_reads_the_cause_chain() -> None:
+    assert no_such_host(gai_error(socket.EAI_NONAME))
+    assert not no_such_host(gai_error(socket.EAI_AGAIN))
+    assert not no_such_host(httpx.ConnectError("connection refused"))
+    assert not no_such_host(httpx.ReadTimeout("timed out"))
 
 
 @pytest.mark.parametrize("served", ["garbage", "ec-key"])
