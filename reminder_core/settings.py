@@ -12,7 +12,7 @@ from datetime import time
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # An SNS topic ARN: arn:<partition>:sns:<region>:<12-digit account>:<name>[.fifo]
@@ -345,6 +345,19 @@ class Settings(BaseSettings):
         le=16 * 1024 * 1024,
         description="Largest webhook request body; larger ones answer 413.",
     )
+
+    @model_validator(mode="after")
+    def _check_jwt_key_size(self) -> Settings:
+        # RFC 7518 §3.2: an HMAC key MUST be at least as long as the hash output (32
+        # bytes for HS256, 48 for HS384, 64 for HS512); a short one is guessable offline.
+        if self.jwt_secret is not None:
+            need = {"HS256": 32, "HS384": 48, "HS512": 64}[self.jwt_algorithm]
+            if len(self.jwt_secret.encode()) < need:
+                raise ValueError(
+                    f"JWT_SECRET must be at least {need} bytes for {self.jwt_algorithm}"
+                    " (RFC 7518 §3.2)"
+                )
+        return self
 
     @field_validator("webhook_sns_topic_arns", mode="before")
     @classmethod
