@@ -1,3 +1,5 @@
-from coordinator.main import main
+"""`python -m coordinator`: `reminders coordinator` (the same options, --help and exit status)."""
 
-raise SystemExit(main())
+from reminders.cli import main
+
+main(command="coordinator", prog_name="python -m coordinator")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from coordinator.service import Coordinator
+from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
 from reminder_core.runtime import Runtime, open_runtime, run_services
 from reminder_core.settings import Settings
@@ -18,8 +19,10 @@ def build(rt: Runtime) -> Coordinator:
 def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
-    rt = open_runtime(settings, application_name="reminders-coordinator")
+    with configuration_errors():
+        rt = open_runtime(settings, application_name="reminders-coordinator")
+        coordinator = build(rt)
     try:
-        return run_services([(build(rt), settings.coordinator_poll_interval_s)], settings)
+        return run_services([(coordinator, settings.coordinator_poll_interval_s)], settings)
     finally:
         rt.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from coordinator.maintenance import Maintenance
 from coordinator.retention import Retention
+from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
 from reminder_core.metrics import register_backlog_gauges
 from reminder_core.runtime import Runtime, open_runtime, run_services
@@ -42,12 +43,16 @@ def build(rt: Runtime) -> Maintenance:
 def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
-    rt = open_runtime(settings, application_name="reminders-maintenance")
+    with configuration_errors():
+        rt = open_runtime(settings, application_name="reminders-maintenance")
+        maintenance = build(rt)
     try:
-        return run_services([(build(rt), settings.maintenance_poll_interval_s)], settings)
+        return run_services([(maintenance, settings.maintenance_poll_interval_s)], settings)
     finally:
         rt.close()
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from reminders.cli import main as cli_main  # the CLI's --help and error handling
+
+    cli_main(command="maintenance", prog_name="python -m coordinator.maintenance_main")

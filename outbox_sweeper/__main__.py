@@ -1,3 +1,5 @@
-from outbox_sweeper.main import main
+"""`python -m outbox_sweeper`: `reminders sweeper` (the same options, --help and exit status)."""
 
-raise SystemExit(main())
+from reminders.cli import main
+
+main(command="sweeper", prog_name="python -m outbox_sweeper")

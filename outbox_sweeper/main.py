@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from outbox_sweeper.service import OutboxSweeper
+from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
 from reminder_core.runtime import Runtime, open_runtime, run_services
 from reminder_core.settings import Settings
@@ -15,8 +16,10 @@ def build(rt: Runtime) -> OutboxSweeper:
 def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
-    rt = open_runtime(settings, application_name="reminders-sweeper")
+    with configuration_errors():
+        rt = open_runtime(settings, application_name="reminders-sweeper")
+        sweeper = build(rt)
     try:
-        return run_services([(build(rt), settings.sweeper_poll_interval_s)], settings)
+        return run_services([(sweeper, settings.sweeper_poll_interval_s)], settings)
     finally:
         rt.close()

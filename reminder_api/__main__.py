@@ -1,3 +1,5 @@
-from reminder_api.main import main
+"""`python -m reminder_api`: `reminders api` (the same options, --help and exit status)."""
 
-raise SystemExit(main())
+from reminders.cli import main
+
+main(command="api", prog_name="python -m reminder_api")

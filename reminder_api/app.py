@@ -46,7 +46,7 @@ def create_app(
             (tests route the SNS host to a local server); default: its own.
 
     Raises:
-        RuntimeError: no JWT key is configured or stored.
+        ConfigurationError: no JWT key is configured or stored.
         ValueError: WEBHOOK_RESEND_SECRET is not a whsec_<base64> secret.
     """
     app = FastAPI(

@@ -7,6 +7,7 @@ import threading
 import uvicorn
 
 from reminder_api.app import create_app
+from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
 from reminder_core.runtime import open_runtime
 from reminder_core.settings import Settings
@@ -22,13 +23,15 @@ def main(settings: Settings | None = None, *, host: str = "127.0.0.1", port: int
     # down; with our handler in place that re-raise is a clean stop, not a kill.
     stop = threading.Event()
     install_stop_handlers(stop)
-    rt = open_runtime(settings, application_name="reminders-api")
+    with configuration_errors():
+        rt = open_runtime(settings, application_name="reminders-api")
+        app = create_app(settings, rt.engine, rt.profiles)
     try:
         if stop.is_set():
             return 0
         server = uvicorn.Server(
             uvicorn.Config(
-                create_app(settings, rt.engine, rt.profiles),
+                app,
                 host=host,
                 port=port,
                 log_level=settings.log_level.lower(),

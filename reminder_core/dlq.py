@@ -17,11 +17,13 @@ from reminder_core.queue import DeadLetter, Queue
 class ReplayReport:
     """redriven: messages sent back to the queue; already_done: dead letters whose
     occurrence had been delivered meanwhile (deleted, not sent again); missing: ids asked
-    for that are not in the dead-letter queue."""
+    for that are not in the dead-letter queue (missing_ids: those ids, in the order
+    asked)."""
 
     redriven: int
     already_done: int
     missing: int
+    missing_ids: tuple[str, ...] = ()
 
 
 def replay(
@@ -40,7 +42,7 @@ def replay(
     """
     letters = {d.message_id: d for d in queue.dead_letters(limit=100_000)}
     wanted = list(letters) if message_ids is None else list(message_ids)
-    missing = sum(1 for i in wanted if i not in letters)
+    missing = tuple(i for i in wanted if i not in letters)
     redrive: list[str] = []
     done: list[str] = []
     with engine.begin() as conn:
@@ -67,7 +69,9 @@ def replay(
             redrive.append(message_id)
     moved = queue.redrive(redrive, now=now)
     queue.delete_dead_letters(done)
-    return ReplayReport(redriven=moved, already_done=len(done), missing=missing)
+    return ReplayReport(
+        redriven=moved, already_done=len(done), missing=len(missing), missing_ids=missing
+    )
 
 
 def list_dead_letters(queue: Queue, *, limit: int = 1000) -> list[DeadLetter]:

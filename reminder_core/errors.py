@@ -14,12 +14,18 @@
     ├── DeliveryError                  sending one occurrence failed
     │   ├── TransientDeliveryError     retry later (timeouts, 429, 5xx); may carry retry_after_s
     │   └── PermanentDeliveryError     never retry (400/422, render error, bad address)
-    └── InfrastructureError            a dependency is unusable (database, queue, profile service)
+    ├── InfrastructureError            a dependency is unusable (database, queue, profile service)
+    │   └── ProfileDataError           a user's profile came back, but holds unusable data
+    └── ConfigurationError             a setting is missing, malformed or inconsistent (also a
+                                       ValueError): fix the environment and start again
 
 HTTP status codes live only in `reminder_api/errors.py`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class ReminderError(Exception):
@@ -127,3 +133,40 @@ class InfrastructureError(ReminderError):
     def __init__(self, message: str, *, dependency: str | None = None) -> None:
         super().__init__(message)
         self.dependency = dependency
+
+
+class ProfileDataError(InfrastructureError):
+    """The profile source answered, but the user's profile cannot be used (an unknown
+    timezone, no usable email): broken data, not an unknown user. Retried like any
+    InfrastructureError (the API answers 503, the sender hands the message back), since
+    the profile may be fixed.
+
+    Attributes:
+        detail: a sentence for the user the profile belongs to (the API's 503 detail).
+    """
+
+    def __init__(self, message: str, *, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class ConfigurationError(ReminderError, ValueError):
+    """A setting is missing, malformed or inconsistent (e.g. EMAIL_PROVIDER=smtp without
+    SMTP_HOST). Raised while a process builds its parts, before any work; the CLI prints
+    it as one line and exits with status 2. Retrying without a change cannot help."""
+
+
+@contextmanager
+def configuration_errors() -> Iterator[None]:
+    """Re-raise a ValueError from the block as ConfigurationError (same message).
+
+    Wrap what builds a process's parts from its settings (`open_runtime`, a workload's
+    `build`, `create_app`): there a ValueError means a bad setting, whereas a ValueError
+    anywhere else is a bug and must keep its traceback.
+    """
+    try:
+        yield
+    except ConfigurationError:
+        raise
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from exc

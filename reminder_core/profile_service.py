@@ -52,9 +52,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from reminder_core.domain.localtime import load_zone
-from reminder_core.errors import InfrastructureError, InvalidSchedule
-from reminder_core.profiles import LocalProfileSource, Profile, ProfileSource
+from reminder_core.errors import InfrastructureError
+from reminder_core.profiles import LocalProfileSource, Profile, ProfileSource, profile_zone
 from reminder_core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -99,9 +98,10 @@ def parse_profile(user_id: str, body: bytes) -> Profile:
     """Read a 200 body (UTF-8 JSON object, see the module docstring) as a Profile.
 
     Raises:
-        InfrastructureError: the body is not JSON, not an object, has no usable `email`
-            (a non-empty string with an "@" and no control characters), or a `timezone`
-            that is neither null nor a known IANA zone name.
+        InfrastructureError: the body is not JSON, not an object, or has no usable
+            `email` (a non-empty string with an "@" and no control characters).
+        ProfileDataError: (an InfrastructureError) a `timezone` that is neither null nor
+            a known IANA zone name.
     """
     try:
         data = json.loads(body)
@@ -117,16 +117,9 @@ def parse_profile(user_id: str, body: bytes) -> Profile:
         or any(ord(c) < 0x20 or ord(c) == 0x7F for c in email)
     ):
         raise InfrastructureError(f"profile of {user_id!r}: missing or unusable email")
-    zone = data.get("timezone")
-    if zone is None:
-        zone = "UTC"
-    try:
-        if not isinstance(zone, str):
-            raise InvalidSchedule("timezone", "not a string")
-        load_zone(zone)
-    except InvalidSchedule as exc:
-        raise InfrastructureError(f"profile of {user_id!r}: timezone {exc.reason}") from exc
-    return Profile(user_id=user_id, email=email, timezone=zone)
+    return Profile(
+        user_id=user_id, email=email, timezone=profile_zone(user_id, data.get("timezone"))
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from reminder_core.errors import InfrastructureError
+from reminder_core.domain.localtime import load_zone
+from reminder_core.errors import InfrastructureError, InvalidSchedule, ProfileDataError
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +54,26 @@ class LocalProfileSource:
         self.path = path
         self._lock = threading.Lock()
         self._mtime_ns: int | None = None
-        self._profiles: dict[str, Profile] = {}
+        self._entries: dict[str, tuple[str, object]] = {}  # user id -> (email, timezone)
 
     def get(self, user_id: str) -> Profile | None:
+        """Raises:
+        InfrastructureError: the file cannot be read or is not a JSON object.
+        ProfileDataError: the user's `timezone` is not a known IANA zone name.
+        """
         with self._lock:
             self._refresh()
-            return self._profiles.get(user_id)
+            entry = self._entries.get(user_id)
+        if entry is None:
+            return None
+        email, zone = entry
+        return Profile(user_id=user_id, email=email, timezone=profile_zone(user_id, zone))
 
     def _refresh(self) -> None:
         try:
             mtime_ns = self.path.stat().st_mtime_ns
         except FileNotFoundError:
-            self._profiles, self._mtime_ns = {}, None
+            self._entries, self._mtime_ns = {}, None
             return
         if mtime_ns == self._mtime_ns:
             return
@@ -74,15 +83,34 @@ class LocalProfileSource:
             raise InfrastructureError(f"cannot read profiles file {self.path}: {exc}") from exc
         if not isinstance(raw, dict):
             raise InfrastructureError(f"profiles file {self.path} must hold a JSON object")
-        profiles: dict[str, Profile] = {}
+        entries: dict[str, tuple[str, object]] = {}
         for user_id, entry in raw.items():
             if isinstance(entry, dict) and isinstance(entry.get("email"), str):
-                profiles[user_id] = Profile(
-                    user_id=user_id,
-                    email=entry["email"],
-                    timezone=str(entry.get("timezone") or "UTC"),
-                )
-        self._profiles, self._mtime_ns = profiles, mtime_ns
+                entries[user_id] = (entry["email"], entry.get("timezone") or None)
+        self._entries, self._mtime_ns = entries, mtime_ns
+
+
+def profile_zone(user_id: str, zone: object) -> str:
+    """The timezone of `user_id`'s profile: an IANA zone name; missing (None) means UTC.
+
+    Raises:
+        ProfileDataError: `zone` is not a string naming a known IANA zone: broken profile
+            data, the same for every profile source (the API answers 503, the sender
+            retries later), never read as an error of the request.
+    """
+    if zone is None:
+        return "UTC"
+    try:
+        if not isinstance(zone, str):
+            raise InvalidSchedule("timezone", "not a string")
+        load_zone(zone)
+    except InvalidSchedule as exc:
+        raise ProfileDataError(
+            f"profile of {user_id!r}: timezone {exc.reason}",
+            detail=f"the user's profile has an invalid timezone ({exc.reason}): the profile"
+            " must be fixed",
+        ) from exc
+    return zone
 
 
 def ensure_profile(path: Path, user_id: str, *, email: str, timezone: str) -> None:

@@ -15,6 +15,11 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from reminder_core.errors import ConfigurationError
+
+#: The values EMAIL_PROVIDER and EMAIL_PROVIDER_BACKUP accept.
+EmailProviderName = Literal["file", "resend", "ses", "smtp"]
+
 # An SNS topic ARN: arn:<partition>:sns:<region>:<12-digit account>:<name>[.fifo]
 # (AWS General Reference, "Amazon Resource Names"; SNS CreateTopic name rules).
 SNS_TOPIC_ARN = re.compile(
@@ -25,7 +30,10 @@ SNS_TOPIC_ARN = re.compile(
 class Settings(BaseSettings):
     """Typed settings; build one in `main()` and pass it down (never at import time)."""
 
-    model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False)
+    # env_ignore_empty: a variable set to "" means unset (its default), for every setting.
+    model_config = SettingsConfigDict(
+        env_prefix="", extra="ignore", case_sensitive=False, env_ignore_empty=True
+    )
 
     # --- storage ---
     database_url: str | None = Field(
@@ -261,10 +269,8 @@ class Settings(BaseSettings):
     )
 
     # --- email ---
-    email_provider: str = Field(
-        default="file",
-        pattern=r"^(file|resend|ses|smtp)$",
-        description="file | resend | ses | smtp",
+    email_provider: EmailProviderName = Field(
+        default="file", description="file | resend | ses | smtp"
     )
     resend_api_url: str = "https://api.resend.com"
     resend_api_key: str | None = None
@@ -301,7 +307,7 @@ class Settings(BaseSettings):
     )
 
     # --- provider failover (DESIGN §4.7) ---
-    email_provider_backup: str | None = Field(
+    email_provider_backup: EmailProviderName | None = Field(
         default=None,
         description="Backup provider (a name EMAIL_PROVIDER accepts, not the same one). "
         "Set: primary and backup each behind a circuit breaker. Unset: no failover.",
@@ -406,7 +412,7 @@ class Settings(BaseSettings):
             create: write a new random key (0600) when none is stored yet.
 
         Raises:
-            RuntimeError: no key is configured or stored and `create` is False.
+            ConfigurationError: no key is configured or stored and `create` is False.
         """
         if self.jwt_secret:
             return self.jwt_secret
@@ -414,7 +420,7 @@ class Settings(BaseSettings):
         if path.exists():
             return path.read_text().strip()
         if not create:
-            raise RuntimeError(
+            raise ConfigurationError(
                 f"no JWT key: set JWT_SECRET or run `reminders dev` once in this directory "
                 f"(it stores one in {path})"
             )

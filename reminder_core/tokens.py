@@ -25,7 +25,7 @@ def mint_token(
         ttl_s: lifetime in seconds (default 30 days; a development token).
 
     Raises:
-        RuntimeError: no signing key is configured or stored (see Settings.jwt_key).
+        ConfigurationError: no signing key is configured or stored (see Settings.jwt_key).
     """
     issued = now or utcnow()
     claims: dict[str, object] = {

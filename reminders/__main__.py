@@ -1,3 +1,5 @@
+"""`python -m reminders`: the same as the `reminders` command."""
+
 from reminders.cli import main
 
-main()
+main(prog_name="python -m reminders")

@@ -74,41 +74,52 @@ app.add_typer(dlq, name="dlq")
 
 
 def _queue_runtime(application_name: str = "reminders-dlq") -> Runtime:
+    from reminder_core.errors import configuration_errors
     from reminder_core.logging import configure_logging
     from reminder_core.runtime import open_runtime
     from reminder_core.settings import Settings
 
     settings = Settings()
     configure_logging("WARNING", settings.log_format)
-    return open_runtime(settings, application_name=application_name)
+    with configuration_errors():
+        return open_runtime(settings, application_name=application_name)
 
 
 @dlq.command("list")
-def dlq_list(limit: Annotated[int, typer.Option(min=1, help="Most rows shown.")] = 100) -> None:
-    """Show dead letters: occurrence, receives, when, whether recorded as failed."""
-    from rich.console import Console
-    from rich.table import Table
+def dlq_list(
+    limit: Annotated[int, typer.Option(min=1, help="Most rows shown.")] = 100,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="Print a JSON array, one object per letter (for scripts)."),
+    ] = False,
+) -> None:
+    """Show dead letters: occurrence, receives, when, whether recorded as failed. Ids are
+    printed whole, for `replay --id` and `purge --id`."""
+    import json
 
+    from rich.console import Console
+
+    from reminder_core.clock import utcnow
     from reminder_core.dlq import list_dead_letters
+    from reminder_core.errors import InfrastructureError
+    from reminders.dlq_view import letter_json, letters_table, print_whole, unseen_note
 
     rt = _queue_runtime()
     try:
         letters = list_dead_letters(rt.queue, limit=limit)
+        try:
+            counted = rt.queue.depth(now=utcnow()).dead_lettered if not letters else 0
+        except InfrastructureError:
+            counted = 0  # the note is a hint; the listing stands without it
     finally:
         rt.close()
-    table = Table(title=f"dead-letter queue ({len(letters)})")
-    for column in ("id", "reminder_id", "run_time_utc", "receives", "dead-lettered", "recorded"):
-        table.add_column(column)
-    for d in letters:
-        table.add_row(
-            d.message_id,
-            str(d.body.get("reminder_id")),
-            str(d.body.get("run_time_utc")),
-            str(d.receive_count),
-            d.dead_lettered_at.isoformat(timespec="seconds") if d.dead_lettered_at else "",
-            "yes" if d.recorded_at else "not yet",
-        )
-    Console().print(table)
+    if json_output:
+        typer.echo(json.dumps([letter_json(d) for d in letters], indent=2))
+    else:
+        print_whole(letters_table(letters), Console())
+    note = unseen_note(len(letters), counted)
+    if note:
+        typer.echo(note, err=True)
 
 
 @dlq.command("replay")
@@ -131,6 +142,11 @@ def dlq_replay(
         f"{report.already_done}; not found: {report.missing}"
     )
     if report.missing:
+        typer.echo(
+            f"error: not in the dead-letter queue: {', '.join(report.missing_ids)}"
+            " (`reminders dlq list --json` shows the ids)",
+            err=True,
+        )
         raise typer.Exit(1)
 
 
@@ -247,6 +263,7 @@ def queue_create() -> None:
     from reminder_core.errors import InfrastructureError
     from reminder_core.queue.sqs import ensure_queues, sqs_client, sqs_target
     from reminder_core.settings import Settings
+    from reminders.boundary import EXIT_UNAVAILABLE
 
     settings = Settings()
     if settings.queue_url.startswith(("postgres://", "postgresql://")):
@@ -272,7 +289,7 @@ def queue_create() -> None:
         raise typer.Exit(2) from None
     except InfrastructureError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_UNAVAILABLE) from None
     typer.echo(f"queue: {queue_url}")
     typer.echo(f"dead-letter queue: {dlq_url}")
 
@@ -313,12 +330,15 @@ def migrate() -> None:
     """Apply database migrations (Alembic) and exit."""
     from reminder_core.db.embedded import resolve_database_url
     from reminder_core.db.migrate import upgrade
+    from reminder_core.errors import configuration_errors
     from reminder_core.logging import configure_logging
     from reminder_core.settings import Settings
 
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
-    upgrade(resolve_database_url(settings.database_url, settings.state_dir))
+    with configuration_errors():
+        url = resolve_database_url(settings.database_url, settings.state_dir)
+    upgrade(url)
     typer.echo("database is at the newest migration")
 
 
@@ -328,6 +348,7 @@ def token(
     ttl: Annotated[int, typer.Option(help="Lifetime in seconds.", min=60)] = 30 * 86400,
 ) -> None:
     """Print a bearer token for USER (development; uses JWT_SECRET or ./.reminders/jwt_secret)."""
+    from reminder_core.errors import ConfigurationError
     from reminder_core.settings import Settings
     from reminder_core.tokens import MAX_SUBJECT_LENGTH, mint_token
 
@@ -336,10 +357,27 @@ def token(
         raise typer.Exit(2)
     try:
         typer.echo(mint_token(Settings(), user, ttl_s=ttl))
-    except RuntimeError as exc:
+    except ConfigurationError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
 
-def main() -> None:
-    app()
+def main(
+    argv: list[str] | None = None, *, command: str | None = None, prog_name: str | None = None
+) -> None:
+    """Entry point of `reminders` and, with `command` (e.g. "sender"), of `python -m
+    <package>`: that one subcommand, with its own --help. A bad setting or an unreachable
+    database at start ends with `error: ...` on stderr and status 2 or 3
+    (reminders/boundary.py); any other exception is a bug and keeps its traceback.
+
+    Args:
+        argv: the arguments (default: sys.argv[1:]).
+        prog_name: the name --help shows (default: from sys.argv[0]).
+    """
+    from reminders.boundary import run_guarded
+
+    if command is None:
+        run_guarded(lambda: app(args=argv, prog_name=prog_name))
+    else:
+        single = typer.main.get_group(app).commands[command]
+        run_guarded(lambda: single.main(args=argv, prog_name=prog_name))

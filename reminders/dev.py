@@ -17,6 +17,7 @@ import coordinator.maintenance_main as maintenance_main
 import outbox_sweeper.main as sweeper_main
 import sender.main as sender_main
 from reminder_api.app import create_app
+from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
 from reminder_core.metrics_server import serve_worker_metrics
 from reminder_core.profiles import ensure_profile
@@ -104,17 +105,19 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     # uvicorn takes the signals over while it runs and hands them back to us when it exits.
     stop = threading.Event()
     install_stop_handlers(stop)
-    rt = open_runtime(settings, application_name="reminders-dev", migrate=True, pool_size=10)
-    if stop.is_set():
-        rt.close()
-        log.info("reminders dev stopped during startup")
-        return 0
-    loops: list[tuple[Service, float]] = [
-        (coordinator_main.build(rt), settings.coordinator_poll_interval_s),
-        (sweeper_main.build(rt), settings.sweeper_poll_interval_s),
-        (sender_main.build(rt, stop), settings.sender_poll_interval_s),
-        (maintenance_main.build(rt), settings.maintenance_poll_interval_s),
-    ]
+    with configuration_errors():
+        rt = open_runtime(settings, application_name="reminders-dev", migrate=True, pool_size=10)
+        if stop.is_set():
+            rt.close()
+            log.info("reminders dev stopped during startup")
+            return 0
+        loops: list[tuple[Service, float]] = [
+            (coordinator_main.build(rt), settings.coordinator_poll_interval_s),
+            (sweeper_main.build(rt), settings.sweeper_poll_interval_s),
+            (sender_main.build(rt, stop), settings.sender_poll_interval_s),
+            (maintenance_main.build(rt), settings.maintenance_poll_interval_s),
+        ]
+        app = create_app(settings, rt.engine, rt.profiles)
     heartbeats: dict[str, Heartbeat] = {}
     threads = start_loops(loops, stop, heartbeats)
     # One process, one registry: the API's /metrics shows every workload's metrics too;
@@ -126,7 +129,6 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         join_loops(threads, settings.shutdown_grace_s)
         rt.close()
         return 1
-    app = create_app(settings, rt.engine, rt.profiles)
     base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     token = mint_token(settings, DEMO_USER)
     console = Console(stderr=False, highlight=False)

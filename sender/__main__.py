@@ -1,3 +1,5 @@
-from sender.main import main
+"""`python -m sender`: `reminders sender` (the same options, --help and exit status)."""
 
-raise SystemExit(main())
+from reminders.cli import main
+
+main(command="sender", prog_name="python -m sender")

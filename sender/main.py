@@ -7,6 +7,7 @@ import threading
 import httpx
 
 from reminder_core.domain.retry import RetryPolicy
+from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
 from reminder_core.runtime import Runtime, open_runtime, run_services
 from reminder_core.scheduling import ScheduleConfig
@@ -94,9 +95,10 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
 def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
-    rt = open_runtime(settings, application_name="reminders-sender")
     stop = threading.Event()
-    sender = build(rt, stop)
+    with configuration_errors():
+        rt = open_runtime(settings, application_name="reminders-sender")
+        sender = build(rt, stop)
     try:
         return run_services([(sender, settings.sender_poll_interval_s)], settings, stop)
     finally:

@@ -210,6 +210,31 @@ def test_user_without_profile_is_refused_even_with_a_timezone(
     assert reminder_count(db) == 0
 
 
+def test_profile_with_an_unknown_zone_is_503_saying_the_profile_is_broken(
+    client: TestClient, db: Engine, settings: Settings, token_for: TokenFor
+) -> None:
+    # New-user trial: "timezone": "Nowhere/Zone" in the profiles file answered 422 naming
+    # `timezone`, a field the client never sent. README, Profile service: broken profile
+    # data is 503 problem+json, never an error of the request, whichever the source.
+    profiles = settings.effective_profiles_file
+    data = json.loads(profiles.read_text())
+    data["zoe"] = {"email": "zoe@example.com", "timezone": "Nowhere/Zone"}
+    profiles.write_text(json.dumps(data))
+
+    resp = client.post(
+        URL,
+        json={"title": "x", "start_local": "2030-07-01T09:00"},
+        headers=bearer(token_for("zoe")),
+    )
+
+    problem = assert_problem(resp, 503)
+    assert problem["type"].endswith("/unavailable")
+    assert "profile has an invalid timezone" in problem["detail"]
+    assert "Nowhere/Zone" in problem["detail"]
+    assert "errors" not in problem  # no request field is at fault
+    assert reminder_count(db) == 0
+
+
 @pytest.mark.parametrize(
     ("start_local", "expected"),
     [

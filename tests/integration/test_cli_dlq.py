@@ -3,6 +3,7 @@ CliRunner, real database)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -63,10 +64,24 @@ def test_dlq_list_replay_and_purge(db: Engine, env: dict[str, str]) -> None:
     second = dead_letter(db, rid, run_time)
     runner = CliRunner()
 
-    listed = runner.invoke(app, ["dlq", "list"], env=env)
+    listed = runner.invoke(app, ["dlq", "list"], env=env | {"COLUMNS": "80"})  # no TTY
     assert listed.exit_code == 0, listed.output
-    assert rid[:8] in listed.output
-    assert str(first) in listed.output
+    assert rid in listed.stdout  # whole, never cut to "556bd5f4-d…" (new-user trial)
+    assert str(first) in listed.stdout
+
+    as_json = runner.invoke(app, ["dlq", "list", "--json"], env=env)
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout) == [
+        {
+            "id": str(letter),
+            "reminder_id": rid,
+            "run_time_utc": run_time.isoformat(),
+            "receive_count": 5,
+            "dead_lettered_at": run_time.isoformat(),
+            "recorded_at": None,
+        }
+        for letter in (first, second)
+    ]
 
     replayed = runner.invoke(app, ["dlq", "replay", "--id", str(first)], env=env)
     assert replayed.exit_code == 0, replayed.output
@@ -81,7 +96,8 @@ def test_dlq_list_replay_and_purge(db: Engine, env: dict[str, str]) -> None:
 
     missing = runner.invoke(app, ["dlq", "replay", "--id", "999999"], env=env)
     assert missing.exit_code == 1
-    assert "not found: 1" in missing.output
+    assert "not found: 1" in missing.stdout
+    assert "error: not in the dead-letter queue: 999999" in missing.stderr
 
     refused = runner.invoke(app, ["dlq", "purge"], env=env)
     assert refused.exit_code == 2

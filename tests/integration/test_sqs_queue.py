@@ -365,3 +365,41 @@ def test_dead_letters_keep_their_send_order_when_recorded(queue: SqsQueue) -> No
     queue.mark_dead_letters_recorded([letters[0].message_id], now=utcnow())
     assert [d.body["n"] for d in queue.dead_letters(limit=10)] == [0, 1, 2]
     assert [d.body["n"] for d in queue.dead_letters(limit=1)] == [0]
+
+
+def test_dlq_list_prints_whole_ids_and_says_when_a_scan_missed_held_letters(
+    queue: SqsQueue, queues: tuple[str, str], moto_endpoint: str, database_url: str
+) -> None:
+    env = {
+        "DATABASE_URL": database_url,
+        "QUEUE_URL": queues[0],
+        "SQS_ENDPOINT_URL": moto_endpoint,
+        "SQS_WAIT_TIME_S": "0",
+        "AWS_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+        "COLUMNS": "80",  # what the new-user trial had, ids cut to "556bd5f4-d…"
+    }
+    reminder_id = str(uuid.uuid4())
+    body = {"reminder_id": reminder_id, "run_time_utc": "2030-01-01T09:00:00+00:00"}
+    queue.send_batch([body], now=utcnow(), delays_s=[0])
+    for _ in range(MAX_RECEIVES + 1):
+        queue.receive(now=utcnow(), max_messages=10, visibility_timeout_s=0)
+    runner = CliRunner()
+    listed = runner.invoke(app, ["dlq", "list", "--json"], env=env)
+    assert listed.exit_code == 0, listed.output
+    (letter,) = json.loads(listed.stdout)
+    assert (letter["reminder_id"], letter["receive_count"]) == (reminder_id, MAX_RECEIVES)
+    table = runner.invoke(app, ["dlq", "list"], env=env)
+    assert table.exit_code == 0, table.output
+    assert letter["id"] in table.stdout
+    assert reminder_id in table.stdout
+    assert table.stderr == ""
+
+    # The maintenance workload's scan holds the letter for 30 s (README, "Point it at SQS").
+    assert len(queue.dead_letters(limit=10, unrecorded_only=True)) == 1
+    missed = runner.invoke(app, ["dlq", "list", "--json"], env=env)
+
+    assert missed.exit_code == 0, missed.output
+    assert json.loads(missed.stdout) == []
+    assert missed.stderr.startswith("note: the dead-letter queue counts about 1 message(s)")

@@ -1,0 +1,152 @@
+"""A bad configuration or an unreachable database at start: the CLI (and `python -m
+<package>`) prints one `error: ...` line naming the setting and exits 2 (configuration) or
+3 (dependency unavailable), never a traceback (README, "Exit status"). `python -m
+<package> --help` prints the command's usage and exits 0.
+
+Expected lines come from the new-user trial's report (each bad setting it tried) and the
+README's exit statuses. Every case fails at start, so these run in seconds.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.workloads import REPO_ROOT, child_env, free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+JWT = {"JWT_SECRET": "e2e-" + "k" * 40}
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m ...` with `args`, in `cwd` (no ./.reminders there), product settings
+    only from `env`."""
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        env=child_env({"PYTHONPATH": str(REPO_ROOT), **env}),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def assert_one_error(result: subprocess.CompletedProcess[str], status: int, *needles: str) -> None:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == status, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "line"),
+    [
+        (
+            ["reminders", "sender"],
+            {"EMAIL_PROVIDER": "sendgrid"},
+            "error: EMAIL_PROVIDER: must be one of file|resend|ses|smtp",
+        ),
+        (
+            ["reminders", "sender"],
+            {"SMTP_STARTTLS": "maybe"},
+            "error: SMTP_STARTTLS: must be one of required|opportunistic|off",
+        ),
+        (
+            ["reminders", "sender"],
+            {"EMAIL_PROVIDER": "smtp", "SMTP_HOST": ""},  # empty means unset
+            "error: EMAIL_PROVIDER=smtp needs SMTP_HOST",
+        ),
+        (
+            ["reminders", "sender"],
+            {"EMAIL_PROVIDER": "resend"},
+            "error: EMAIL_PROVIDER=resend needs RESEND_API_KEY",
+        ),
+        (
+            ["sender"],  # python -m sender: the same command
+            {"EMAIL_PROVIDER_BACKUP": "file"},
+            "error: EMAIL_PROVIDER_BACKUP must name another provider than EMAIL_PROVIDER",
+        ),
+    ],
+    ids=["unknown-provider", "starttls", "smtp-host-empty", "resend-key", "backup-same"],
+)
+def test_bad_sender_settings_are_one_line_and_exit_2(
+    command: list[str], env: dict[str, str], line: str, database_url: str, tmp_path: Path
+) -> None:
+    result = run(command, {"DATABASE_URL": database_url, **env}, tmp_path)
+
+    assert_one_error(result, 2)
+    assert result.stderr.strip() == line
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "needles"),
+    [
+        (["reminders", "api"], {**JWT, "QUEUE_URL": "garbage"}, ["QUEUE_URL", "garbage"]),
+        (["reminders", "api"], {**JWT, "DATABASE_URL": "mysql://x"}, ["DATABASE_URL", "mysql"]),
+        (["reminders", "api"], {}, ["JWT_SECRET"]),  # no key set, none stored in cwd
+        (["reminder_api"], {**JWT, "DB_POOL_SIZE": "0"}, ["error: DB_POOL_SIZE: "]),
+        (["coordinator"], {"QUEUE_URL": "garbage"}, ["QUEUE_URL"]),
+    ],
+    ids=["queue-url", "database-url", "no-jwt-key", "python-m-api", "python-m-coordinator"],
+)
+def test_bad_api_and_worker_settings_are_one_line_and_exit_2(
+    command: list[str],
+    env: dict[str, str],
+    needles: list[str],
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    result = run(command, {"DATABASE_URL": database_url, **env}, tmp_path)
+
+    assert_one_error(result, 2, *needles)
+
+
+def test_one_line_per_bad_setting(database_url: str, tmp_path: Path) -> None:
+    env = {"DATABASE_URL": database_url, "EMAIL_PROVIDER": "sendgrid", "METRICS_PORT": "x"}
+
+    result = run(["reminders", "sender"], env, tmp_path)
+
+    assert result.returncode == 2, result.stderr
+    lines = sorted(result.stderr.strip().splitlines())
+    assert [line.split(":")[:2] for line in lines] == [
+        ["error", " EMAIL_PROVIDER"],
+        ["error", " METRICS_PORT"],
+    ]
+
+
+@pytest.mark.parametrize("command", [["reminders", "migrate"], ["reminders", "dlq", "list"]])
+def test_unreachable_database_is_one_line_and_exit_3(command: list[str], tmp_path: Path) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/reminders"  # nothing listens
+
+    result = run(command, {"DATABASE_URL": url}, tmp_path)
+
+    assert_one_error(result, 3, "DATABASE_URL")
+
+
+@pytest.mark.parametrize(
+    ("package", "usage"),
+    [
+        ("coordinator", "python -m coordinator [OPTIONS]"),
+        ("coordinator.maintenance_main", "python -m coordinator.maintenance_main [OPTIONS]"),
+        ("outbox_sweeper", "python -m outbox_sweeper [OPTIONS]"),
+        ("sender", "python -m sender [OPTIONS]"),
+        ("reminder_api", "python -m reminder_api [OPTIONS]"),
+        ("reminders", "python -m reminders [OPTIONS] COMMAND [ARGS]..."),
+    ],
+)
+def test_python_m_help_prints_usage_and_exits_0(package: str, usage: str, tmp_path: Path) -> None:
+    # An unreachable database: had --help started the workload, it would not exit 0 at once.
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/reminders"
+
+    result = run([package, "--help"], {"DATABASE_URL": url}, tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert usage in result.stdout
