@@ -93,6 +93,12 @@ BREAKER_STATE = Enum(
     ["provider"],
     states=["closed", "open", "half-open"],
 )
+BREAKER_NOT_CLOSED_SINCE = Gauge(
+    "reminders_provider_breaker_not_closed_since_timestamp_seconds",
+    "Unix time at which the circuit breaker of each email provider last left the closed"
+    " state (failed half-open probes do not move it); 0 while it is closed.",
+    ["provider"],
+)
 
 # --- retention (maintenance workload, coordinator/retention.py) ---------------------------
 

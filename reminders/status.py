@@ -23,7 +23,7 @@ from reminder_core.db.queries import query
 from reminder_core.errors import InfrastructureError
 from reminder_core.queue import Queue
 from reminder_core.settings import Settings
-from sender.providers.failover import STATE_CLOSED, read_shared_breaker
+from sender.providers.failover import STATE_CLOSED, BreakerReading, read_shared_breaker
 
 log = logging.getLogger(__name__)
 
@@ -238,8 +238,10 @@ def _breaker_checks(
     if not settings.breaker_redis_url:
         return [
             Check("breakers", "circuit breakers", None, "", None, State.INFO,
-                  "per process (BREAKER_REDIS_URL unset): see the metric"
-                  " reminders_provider_breaker_state of each sender")
+                  "per process (BREAKER_REDIS_URL unset): see the metrics"
+                  " reminders_provider_breaker_state and"
+                  " reminders_provider_breaker_not_closed_since_timestamp_seconds"
+                  " of each sender")
         ]  # fmt: skip
     limit = settings.alert_breaker_open_s
     factory = redis_factory or _redis_client
@@ -252,16 +254,34 @@ def _breaker_checks(
             redis.close()
     except RedisError as exc:
         return [_unknown(f"breaker_{n}", f"breaker {n}", "", limit, exc) for n in names]
-    for name, (state, opened_at) in states.items():
+    for name, reading in states.items():
         label = f"breaker {name}"
-        if state == STATE_CLOSED:
-            checks.append(Check(f"breaker_{name}", label, state, "", limit, State.OK))
+        if reading.state == STATE_CLOSED:
+            checks.append(Check(f"breaker_{name}", label, reading.state, "", limit, State.OK))
             continue
-        open_s = age_s(now, opened_at) if opened_at else None
-        verdict = judge(open_s, limit)
-        since = f"not closed for {open_s:.0f} s" if open_s is not None else "opened at ?"
-        checks.append(Check(f"breaker_{name}", label, state, "", limit, verdict, since))
+        checks.append(_not_closed_check(name, label, reading, limit, now))
     return checks
+
+
+def _not_closed_check(
+    name: str, label: str, reading: BreakerReading, limit: float, now: datetime
+) -> Check:
+    """How long an open or half-open breaker has not been closed, against `limit`.
+
+    Measured from `not_closed_since` (when it left the closed state), not pybreaker's
+    opened_at, which every failed half-open probe moves: a breaker that is down for good
+    would otherwise never look older than BREAKER_RESET_TIMEOUT_S. Without the key (a
+    sender older than it), opened_at is all there is, and the detail says so.
+    """
+    if reading.not_closed_since is not None:
+        open_s = age_s(now, reading.not_closed_since)
+        detail = f"not closed for {open_s:.0f} s"
+    elif reading.opened_at is not None:
+        open_s = age_s(now, reading.opened_at)
+        detail = f"last (re)opened {open_s:.0f} s ago; when it left closed is not recorded"
+    else:
+        open_s, detail = None, "opened at ?"
+    return Check(f"breaker_{name}", label, reading.state, "", limit, judge(open_s, limit), detail)
 
 
 def _redis_client(url: str) -> Redis:

@@ -32,12 +32,20 @@ Breaker state lives in memory, or in Redis (pybreaker `CircuitRedisStorage`) so 
 every sender pod shares one breaker per provider. Redis stores the opened-at instant in
 whole seconds, so a shared breaker stays open between `reset_timeout_s - 1` and
 `reset_timeout_s` seconds.
+
+pybreaker's opened-at moves at every failed half-open probe, so it cannot tell how long a
+provider has been down. A listener therefore records when a breaker LEFT the closed state
+and forgets it when it closes again: `<ns>:<provider>:not_closed_since` (Unix seconds; SET
+NX on any change to open or half-open, DEL on closing) next to pybreaker's keys in Redis,
+or in the process. `reminders status` and the metric
+`reminders_provider_breaker_not_closed_since_timestamp_seconds` read it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,7 +56,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
-from reminder_core.metrics import BREAKER_STATE
+from reminder_core.metrics import BREAKER_NOT_CLOSED_SINCE, BREAKER_STATE
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, Provider, SendReceipt
 
@@ -63,33 +71,113 @@ STATE_HALF_OPEN = pybreaker.STATE_HALF_OPEN
 REDIS_NAMESPACE = "reminders:breaker"
 
 
+@dataclass(frozen=True, slots=True)
+class BreakerReading:
+    """A shared breaker as Redis holds it.
+
+    Attributes:
+        state: "closed" | "open" | "half-open" ("closed" when no sender has stored a
+            state yet, as pybreaker starts).
+        opened_at: when it last opened, or a failed probe reopened it (aware UTC, whole
+            seconds; None when it never did).
+        not_closed_since: when it last left the closed state (aware UTC; None while
+            closed, or when no sender recorded it, e.g. one older than this key).
+    """
+
+    state: str
+    opened_at: datetime | None
+    not_closed_since: datetime | None
+
+
+def not_closed_since_key(provider_name: str, namespace: str = REDIS_NAMESPACE) -> str:
+    """The Redis key holding when `provider_name`'s breaker left the closed state."""
+    return f"{namespace}:{provider_name}:not_closed_since"
+
+
 def read_shared_breaker(
     redis: Redis, provider_name: str, namespace: str = REDIS_NAMESPACE
-) -> tuple[str, datetime | None]:
+) -> BreakerReading:
     """The state of `provider_name`'s Redis-shared breaker, read without writing
-    anything (pybreaker's own storage re-creates missing keys on read).
-
-    Returns:
-        (state, opened_at): "closed" | "open" | "half-open" ("closed" when no sender has
-        stored a state yet, as pybreaker starts), and when the breaker last opened (aware
-        UTC, whole seconds; None when it never did).
+    anything (pybreaker's own storage re-creates missing keys on read): one MGET.
 
     Raises:
         redis.exceptions.RedisError: Redis cannot be read.
     """
     prefix = f"{namespace}:{provider_name}:pybreaker"
-    state, opened_at = redis.mget([f"{prefix}:state", f"{prefix}:opened_at"])
-    return (
-        state.decode() if isinstance(state, bytes) else STATE_CLOSED,
-        datetime.fromtimestamp(int(opened_at), UTC) if opened_at else None,
+    state, opened_at, since = redis.mget(
+        [f"{prefix}:state", f"{prefix}:opened_at", not_closed_since_key(provider_name, namespace)]
+    )
+    return BreakerReading(
+        state=state.decode() if isinstance(state, bytes) else STATE_CLOSED,
+        opened_at=datetime.fromtimestamp(int(opened_at), UTC) if opened_at else None,
+        not_closed_since=_instant(since),
     )
 
 
-class _StateMetrics(pybreaker.CircuitBreakerListener):
-    """Logs each breaker state change and sets the breaker-state metric."""
+def _instant(raw: object) -> datetime | None:
+    """Unix seconds as Redis returns them (bytes), as aware UTC; None if absent or not
+    a number."""
+    if not isinstance(raw, bytes | str):
+        return None
+    try:
+        return datetime.fromtimestamp(float(raw), UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
-    def __init__(self, provider: str) -> None:
+
+class _NotClosedSince:
+    """When one provider's breaker left the closed state: in Redis when the breaker is
+    shared (`<ns>:<provider>:not_closed_since`, Unix seconds), else in this process.
+
+    Redis errors are logged and ignored: this is for reporting, and must never fail a
+    send (pybreaker calls listeners inside the call that changes the state).
+    """
+
+    def __init__(self, provider: str, redis: Redis | None, namespace: str) -> None:
         self._provider = provider
+        self._redis = redis
+        self._key = not_closed_since_key(provider, namespace)
+        self._local: float | None = None
+
+    def left_closed(self, now_s: float) -> None:
+        """Record `now_s` (Unix seconds) unless a time is already recorded (SET NX)."""
+        if self._redis is None:
+            if self._local is None:
+                self._local = now_s
+            return
+        try:
+            self._redis.set(self._key, repr(now_s), nx=True)
+        except RedisError:
+            log.warning("provider %s: cannot record %s in Redis", self._provider, self._key)
+
+    def closed(self) -> None:
+        """Forget the recorded time (DEL)."""
+        self._local = None
+        if self._redis is None:
+            return
+        try:
+            self._redis.delete(self._key)
+        except RedisError:
+            log.warning("provider %s: cannot delete %s in Redis", self._provider, self._key)
+
+    def read(self) -> float | None:
+        """The recorded time, Unix seconds, or None (closed, or Redis unreadable)."""
+        if self._redis is None:
+            return self._local
+        try:
+            instant = _instant(self._redis.get(self._key))
+        except RedisError:
+            return None
+        return instant.timestamp() if instant is not None else None
+
+
+class _StateMetrics(pybreaker.CircuitBreakerListener):
+    """Logs each breaker state change, sets the breaker-state metrics and records when
+    the breaker left the closed state."""
+
+    def __init__(self, provider: str, since: _NotClosedSince) -> None:
+        self._provider = provider
+        self._since = since
 
     def state_change(
         self,
@@ -97,7 +185,15 @@ class _StateMetrics(pybreaker.CircuitBreakerListener):
         old_state: pybreaker.CircuitBreakerState | None,
         new_state: pybreaker.CircuitBreakerState,
     ) -> None:
+        # Also called when this process notices a change another process made (Redis):
+        # SET NX and DEL make the repeat harmless. A state change to open or half-open
+        # records the time only if none is recorded, so failed probes do not move it.
+        if new_state.name == STATE_CLOSED:
+            self._since.closed()
+        else:
+            self._since.left_closed(time.time())
         BREAKER_STATE.labels(provider=self._provider).state(new_state.name)
+        BREAKER_NOT_CLOSED_SINCE.labels(provider=self._provider).set(self._since.read() or 0)
         log.warning(
             "provider %s: circuit breaker %s -> %s",
             self._provider,
@@ -115,6 +211,7 @@ class _Member:
     breaker: pybreaker.CircuitBreaker
     storage: pybreaker.CircuitBreakerStorage
     reset_timeout_s: float
+    not_closed_since: _NotClosedSince
     probe_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -183,7 +280,15 @@ class FailoverProvider:
         self._pins: TTLCache[str, str] = TTLCache(maxsize=pin_max_keys, ttl=pin_ttl_s)
         self._pins_lock = threading.Lock()
         for member in self._members:
-            BREAKER_STATE.labels(provider=member.name).state(member.storage.state)
+            state = member.storage.state
+            if state != STATE_CLOSED:
+                # Already open when this process starts (shared state): record a time if
+                # no one has (a sender older than the key), the best known being opened_at.
+                opened_at = member.storage.opened_at
+                member.not_closed_since.left_closed(
+                    opened_at.timestamp() if opened_at else time.time()
+                )
+            self._refresh_metrics(member, state)
 
     @classmethod
     def from_settings(cls, providers: Sequence[Provider], settings: Settings) -> FailoverProvider:
@@ -216,21 +321,24 @@ class FailoverProvider:
         namespace: str,
     ) -> _Member:
         storage: pybreaker.CircuitBreakerStorage = pybreaker.CircuitMemoryStorage(STATE_CLOSED)
+        shared = None
         if redis is not None:
             try:
                 storage = pybreaker.CircuitRedisStorage(
                     STATE_CLOSED, redis, namespace=f"{namespace}:{provider.name}"
                 )
+                shared = redis
             except RedisError:
                 log.exception(
                     "provider %s: Redis unreachable, breaker state kept in this process",
                     provider.name,
                 )
+        since = _NotClosedSince(provider.name, shared, namespace)
         breaker = pybreaker.CircuitBreaker(
             fail_max=fail_max,
             reset_timeout=reset_timeout_s,
             exclude=[PermanentDeliveryError],
-            listeners=[_StateMetrics(provider.name)],
+            listeners=[_StateMetrics(provider.name, since)],
             state_storage=storage,
             name=provider.name,
             # Re-raise the provider's own error when it trips the breaker, so the
@@ -238,7 +346,7 @@ class FailoverProvider:
             # means "refused without calling".
             throw_new_error_on_trip=False,
         )
-        return _Member(provider, breaker, storage, reset_timeout_s)
+        return _Member(provider, breaker, storage, reset_timeout_s, since)
 
     # --- sending ---
 
@@ -396,14 +504,35 @@ class FailoverProvider:
     def breaker_states(self) -> dict[str, str]:
         """Each provider's breaker state, primary first: {name: "closed" | "open" |
         "half-open"} as stored (an open breaker whose probe is due still reads "open"
-        until a call passes). Side effect: refreshes the
-        `reminders_provider_breaker_state` metric with what it read."""
+        until a call passes). Side effect: refreshes the metrics
+        `reminders_provider_breaker_state` and
+        `reminders_provider_breaker_not_closed_since_timestamp_seconds` with what it read
+        (with Redis: one more GET per provider)."""
         states = {}
         for member in self._members:
             state = member.storage.state
-            BREAKER_STATE.labels(provider=member.name).state(state)
+            self._refresh_metrics(member, state)
             states[member.name] = state
         return states
+
+    def not_closed_since(self) -> dict[str, datetime | None]:
+        """When each provider's breaker left the closed state, primary first (aware UTC;
+        None while closed). Failed half-open probes do not move it, unlike pybreaker's
+        opened_at."""
+        return {
+            member.name: (
+                datetime.fromtimestamp(since, UTC)
+                if (since := member.not_closed_since.read()) is not None
+                else None
+            )
+            for member in self._members
+        }
+
+    @staticmethod
+    def _refresh_metrics(member: _Member, state: str) -> None:
+        BREAKER_STATE.labels(provider=member.name).state(state)
+        since = member.not_closed_since.read() if state != STATE_CLOSED else None
+        BREAKER_NOT_CLOSED_SINCE.labels(provider=member.name).set(since or 0)
 
     @property
     def providers(self) -> tuple[Provider, ...]:

@@ -118,8 +118,11 @@ def test_the_thresholds_are_those_of_issue_7() -> None:
     assert _threshold(p99) == 150
     assert _threshold(rules["RemindersDeadLetters"]["expr"]) == 0  # DLQ depth > 0
     assert _threshold(rules["RemindersOutboxUnpublished"]["expr"]) == 60
-    breaker = rules["RemindersProviderBreakerOpen"]
-    assert breaker["for"] == "5m"  # open > 5 min
+    # Open > 5 min, counted from when the breaker left the closed state (failed half-open
+    # probes reset pybreaker's opened-at, not this).
+    breaker = rules["RemindersProviderBreakerOpen"]["expr"]
+    assert "reminders_provider_breaker_not_closed_since_timestamp_seconds" in breaker
+    assert _threshold(breaker) == 300
     for workload in ("sender", "coordinator"):
         down = rules[f"Reminders{workload.capitalize()}Down"]["expr"]
         assert f'absent(reminders_worker_heartbeat_timestamp_seconds{{workload="{workload}"}})' in (
@@ -135,3 +138,7 @@ def test_status_thresholds_default_to_the_rules_values() -> None:
     assert settings.alert_dlq_depth == 0
     assert settings.alert_outbox_age_s == 60
     assert settings.alert_breaker_open_s == 300
+    rules = by_name()
+    assert (
+        _threshold(rules["RemindersProviderBreakerOpen"]["expr"]) == settings.alert_breaker_open_s
+    )
