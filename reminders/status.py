@@ -15,7 +15,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from reminder_core.backlog import age_s, read_backlog
@@ -148,6 +148,22 @@ def collect_status(
     return StatusReport(checked_at=now, checks=checks)
 
 
+#: A status read never waits longer than this on a lock or a slow query (a stuck table
+#: must show as UNKNOWN, not hang the command; operations trial).
+STATEMENT_TIMEOUT_MS = 5000
+
+
+def _bounded(conn: Connection) -> None:
+    """Bound every statement of this read-only transaction (statement and lock waits)."""
+    conn.execute(
+        text(
+            "SELECT set_config('statement_timeout', :ms, true),"
+            " set_config('lock_timeout', :ms, true)"
+        ),
+        {"ms": str(STATEMENT_TIMEOUT_MS)},
+    )
+
+
 def _unknown(name: str, label: str, unit: str, threshold: float | None, exc: Exception) -> Check:
     return Check(name, label, None, unit, threshold, State.UNKNOWN, f"{type(exc).__name__}: {exc}")
 
@@ -157,6 +173,7 @@ def _backlog_checks(engine: Engine, settings: Settings, now: datetime) -> list[C
     outbox_age = settings.alert_outbox_age_s
     try:
         with engine.connect() as conn:
+            _bounded(conn)
             b = read_backlog(conn, now)
     except SQLAlchemyError as exc:
         return [
@@ -186,6 +203,7 @@ def _delivery_checks(engine: Engine, settings: Settings, now: datetime) -> list[
     failures_label = "failures (1 h)"
     try:
         with engine.connect() as conn:
+            _bounded(conn)
             lag = conn.execute(query("delivery_lag_p99_since"), {"since": since}).one()
             by_status = {
                 r.status: int(r.n)
