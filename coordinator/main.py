@@ -20,7 +20,7 @@ def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
     with configuration_errors():
-        rt = open_runtime(settings, application_name="reminders-coordinator")
+        rt = open_runtime(settings, application_name="reminders-coordinator", check_queue=True)
         coordinator = build(rt)
     try:
         return run_services([(coordinator, settings.coordinator_poll_interval_s)], settings)

@@ -44,7 +44,7 @@ def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
     with configuration_errors():
-        rt = open_runtime(settings, application_name="reminders-maintenance")
+        rt = open_runtime(settings, application_name="reminders-maintenance", check_queue=True)
         maintenance = build(rt)
     try:
         return run_services([(maintenance, settings.maintenance_poll_interval_s)], settings)

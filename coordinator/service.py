@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from reminder_core.db.queries import query
+from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import CLAIMS, CLAIMS_PER_TICK, PUBLISHED
 from reminder_core.outbox import publish_outbox_rows
 from reminder_core.queue import Queue
@@ -79,7 +80,10 @@ class Coordinator:
         return [(r.id, dict(r.payload)) for r in rows]
 
     def run_once(self, now: datetime) -> TickResult:
-        """Claim one batch, then publish it (a failed publish is left to the sweeper).
+        """Claim one batch, then publish it. A failed publish is left to the sweeper (the
+        claims and their outbox rows are committed), and the tick says so: `failed` is
+        "publish", which the loop counts as a failed tick (reminders_tick_failures_total,
+        `/readyz`), so that a queue the coordinator cannot reach shows.
 
         Metrics: reminders_claims_total, reminders_claims_per_tick,
         reminders_outbox_published_total{path="fast"}.
@@ -88,17 +92,22 @@ class Coordinator:
         CLAIMS.inc(len(claimed))
         CLAIMS_PER_TICK.observe(len(claimed))
         published = 0
+        failed = None
         if claimed:
             try:
                 published = publish_outbox_rows(self._engine, self._queue, claimed, now=now)
                 PUBLISHED.labels(path="fast").inc(published)
-            except Exception:
-                log.exception(
-                    "publishing %d claimed occurrences failed; the outbox sweeper will retry",
+            except Exception as exc:
+                failed = "publish"
+                log.error(
+                    "publishing %d claimed occurrences failed; the outbox sweeper will retry%s",
                     len(claimed),
+                    f": {exc}" if isinstance(exc, InfrastructureError) else "",
+                    exc_info=not isinstance(exc, InfrastructureError),
                 )
         return TickResult(
             processed=len(claimed),
             more=len(claimed) >= self.batch_size,
             counts={"claimed": len(claimed), "published": published},
+            failed=failed,
         )

@@ -17,7 +17,7 @@ def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
     with configuration_errors():
-        rt = open_runtime(settings, application_name="reminders-sweeper")
+        rt = open_runtime(settings, application_name="reminders-sweeper", check_queue=True)
         sweeper = build(rt)
     try:
         return run_services([(sweeper, settings.sweeper_poll_interval_s)], settings)

@@ -15,7 +15,9 @@
     │   ├── TransientDeliveryError     retry later (timeouts, 429, 5xx); may carry retry_after_s
     │   └── PermanentDeliveryError     never retry (400/422, render error, bad address)
     ├── InfrastructureError            a dependency is unusable (database, queue, profile service)
-    │   └── ProfileDataError           a user's profile came back, but holds unusable data
+    │   ├── ProfileDataError           a user's profile came back, but holds unusable data
+    │   └── QueueNotFound              the queue QUEUE_URL names does not exist (at start: a
+    │                                  ConfigurationError, see reminder_core.runtime)
     └── ConfigurationError             a setting is missing, malformed or inconsistent (also a
                                        ValueError): fix the environment and start again
 
@@ -148,6 +150,13 @@ class ProfileDataError(InfrastructureError):
     def __init__(self, message: str, *, detail: str) -> None:
         super().__init__(message)
         self.detail = detail
+
+
+class QueueNotFound(InfrastructureError):
+    """The queue (or its dead-letter queue) does not exist where QUEUE_URL says: the queue
+    server answered, and said so. Checked once at start, where it is a configuration
+    error; raised later (the queue was deleted), it fails the tick like any
+    InfrastructureError."""
 
 
 class ConfigurationError(ReminderError, ValueError):

@@ -1,4 +1,13 @@
-"""The workers' HTTP side port: Prometheus `/metrics` and a liveness `/healthz`.
+"""The workers' HTTP side port: Prometheus `/metrics`, liveness `/healthz` and readiness
+`/readyz`.
+
+Liveness asks "is this process stuck?": every loop thread runs and starts or finishes
+ticks. A tick that fails still beats, so a dependency outage (database, queue, profile
+service) never fails it: restarting pods cannot bring a dependency back, and restarting
+every pod in a loop would only add load. Readiness asks "is this process doing its work?":
+no loop has failed its last NOT_READY_AFTER_FAILURES ticks in a row (a dependency down, a
+wrong QUEUE_URL): Kubernetes shows the pod not ready and a rollout of a misconfigured
+version stops, while the pod keeps running and retrying.
 
 The API serves `/metrics` on its own port (reminder_api/app.py); the coordinator, sweeper,
 sender and maintenance workloads serve this on METRICS_PORT (0: off). `reminders dev`
@@ -30,12 +39,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: Consecutive failed ticks of one loop after which `/readyz` answers 503.
+NOT_READY_AFTER_FAILURES = 3
+
+
 @dataclass(frozen=True, slots=True)
 class Health:
-    """The answer of `/healthz`: `ok` and, per loop, what was checked."""
+    """The answer of `/healthz` (`ok`: alive) and `/readyz` (`ok` and `ready`: doing its
+    work) and, per loop, what was checked."""
 
     ok: bool
     loops: dict[str, dict[str, Any]]
+    ready: bool = True
 
 
 def loop_health(
@@ -45,38 +60,46 @@ def loop_health(
     now: datetime,
     since: datetime,
     stale_s: float,
+    not_ready_after: int = NOT_READY_AFTER_FAILURES,
 ) -> Health:
-    """Whether every worker loop of this process is alive.
+    """Whether every worker loop of this process is alive, and doing its work.
 
-    A loop is healthy when its thread runs and it started or finished a tick within the
+    A loop is alive when its thread runs and it started or finished a tick within the
     last `stale_s` seconds (before its first tick: `since`, when the loops started, counts
     instead). A tick that runs longer than `stale_s` makes the loop unhealthy: `stale_s`
     must exceed the longest legitimate tick (a sender batch: about DELIVERY_BUDGET_S).
+    Failed ticks beat too: liveness does not see them. A loop is ready when it is alive
+    and has not failed its last `not_ready_after` ticks in a row (a tick that raised, or
+    whose result says `failed`; see the module docstring).
 
     Args:
         threads: the loop threads, named after their service (`start_loops`).
         heartbeats: service name -> its loop's heartbeat (`start_loops(heartbeats=...)`).
         now, since: aware UTC.
         stale_s: seconds.
+        not_ready_after: consecutive failed ticks, >= 1.
 
     Returns:
         `Health`; `loops[name]` = {"alive": bool, "last_beat_age_s": float,
-        "consecutive_failures": int}.
+        "consecutive_failures": int, "ready": bool}.
     """
     loops: dict[str, dict[str, Any]] = {}
-    ok = True
+    ok = ready = True
     for thread in threads:
         hb = heartbeats.get(thread.name, Heartbeat())
         beats = [t for t in (hb.tick_started_at, hb.last_tick_at) if t is not None]
         age = (now - max(beats, default=since)).total_seconds()
-        alive = thread.is_alive()
-        ok = ok and alive and age <= stale_s
+        alive = thread.is_alive() and age <= stale_s
+        loop_ready = alive and hb.consecutive_failures < not_ready_after
+        ok = ok and alive
+        ready = ready and loop_ready
         loops[thread.name] = {
-            "alive": alive,
+            "alive": thread.is_alive(),
             "last_beat_age_s": round(age, 3),
             "consecutive_failures": hb.consecutive_failures,
+            "ready": loop_ready,
         }
-    return Health(ok=ok, loops=loops)
+    return Health(ok=ok, loops=loops, ready=ready)
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -93,15 +116,16 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class MetricsServer:
-    """`/metrics` (Prometheus text format, the given registry) and `/healthz` over HTTP,
-    served by a daemon thread.
+    """`/metrics` (Prometheus text format, the given registry), `/healthz` and `/readyz`
+    over HTTP, served by a daemon thread.
 
     Args:
         host: interface to listen on ("0.0.0.0" in a pod; "::" for IPv6).
         port: TCP port; 0 picks a free one (tests; `port` tells which). The workloads
             never start a server for METRICS_PORT=0.
-        health: called per `/healthz` request; 200 with its JSON when `ok`, else 503.
-            None: `/healthz` always answers 200.
+        health: called per `/healthz` or `/readyz` request; `/healthz` answers 200 with
+            its JSON when `ok`, `/readyz` when `ok` and `ready`; else 503. None: both
+            always answer 200.
         registry: what `/metrics` exports.
 
     Raises:
@@ -119,12 +143,16 @@ class MetricsServer:
         metrics_app = make_wsgi_app(registry)
 
         def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-            if environ.get("PATH_INFO") == "/healthz":
+            path = environ.get("PATH_INFO")
+            if path in ("/healthz", "/readyz"):
                 result = health() if health is not None else Health(ok=True, loops={})
-                body = json.dumps(
-                    {"status": "ok" if result.ok else "unhealthy", "loops": result.loops}
-                ).encode()
-                status = "200 OK" if result.ok else "503 Service Unavailable"
+                if path == "/healthz":
+                    good, word = result.ok, "ok" if result.ok else "unhealthy"
+                else:
+                    good = result.ok and result.ready
+                    word = "ready" if good else "not ready"
+                body = json.dumps({"status": word, "loops": result.loops}).encode()
+                status = "200 OK" if good else "503 Service Unavailable"
                 start_response(status, [("Content-Type", "application/json")])
                 return [body]
             answer: Iterable[bytes] = metrics_app(environ, start_response)
@@ -151,7 +179,7 @@ def serve_worker_metrics(
     *,
     clock: Callable[[], datetime] = utcnow,
 ) -> MetricsServer | None:
-    """Serve `/metrics` and `/healthz` for the worker loops of this process on
+    """Serve `/metrics`, `/healthz` and `/readyz` for the worker loops of this process on
     METRICS_HOST:METRICS_PORT until the process exits, or nothing when METRICS_PORT is 0.
 
     Args:

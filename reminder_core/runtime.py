@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 from reminder_core.db.embedded import resolve_database_url
 from reminder_core.db.migrate import upgrade
 from reminder_core.db.session import make_engine
+from reminder_core.errors import ConfigurationError, InfrastructureError, QueueNotFound
 from reminder_core.metrics_server import serve_worker_metrics
 from reminder_core.profile_service import HttpProfileSource, profile_source_from_settings
 from reminder_core.profiles import ProfileSource
@@ -44,16 +45,20 @@ def open_runtime(
     application_name: str,
     migrate: bool = False,
     pool_size: int | None = None,
+    check_queue: bool = False,
 ) -> Runtime:
     """Connect to the database (embedded when DATABASE_URL is unset) and build the queue.
 
     Args:
         migrate: apply pending migrations first (`reminders dev` does; production runs the
             migration Job instead).
+        check_queue: ask the queue once whether it exists (`check_queue_at_start`): the
+            workloads that use it do; one-off commands need not.
 
     Raises:
         RuntimeError: the embedded database cannot start.
         sqlalchemy.exc.OperationalError: the database cannot be reached (on migrate).
+        ConfigurationError: with `check_queue`, the queue QUEUE_URL names does not exist.
     """
     url = resolve_database_url(settings.database_url, settings.state_dir)
     if migrate:
@@ -69,10 +74,43 @@ def open_runtime(
         aws_region=settings.aws_region,
         sqs_wait_time_s=settings.sqs_wait_time_s,
     )
+    if check_queue:
+        check_queue_at_start(queue, settings)
     profiles = profile_source_from_settings(settings)
     return Runtime(
         settings=settings, database_url=url, engine=engine, queue=queue, profiles=profiles
     )
+
+
+def check_queue_at_start(queue: Queue, settings: Settings) -> None:
+    """Ask the queue once whether it exists and can be used (`Queue.check`).
+
+    A queue the server says does not exist is a configuration error: nothing would ever
+    be published or received, while the process looked healthy. A server that cannot be
+    asked is an outage, not a mistake: logged, and the process starts anyway (its loops
+    retry; `/readyz` and reminders_tick_failures_total show the failing ticks), so that an
+    SQS outage does not crash-loop every pod.
+
+    Raises:
+        ConfigurationError: the queue, or its dead-letter queue, does not exist (the CLI
+            prints it as one `error:` line and exits with status 2).
+    """
+    try:
+        queue.check()
+    except QueueNotFound as exc:
+        where = (
+            f" at SQS_ENDPOINT_URL {settings.sqs_endpoint_url}" if settings.sqs_endpoint_url else ""
+        )
+        raise ConfigurationError(
+            f"QUEUE_URL {settings.queue_url} names a queue that does not exist{where} ({exc});"
+            " create it with `reminders queue create`, or correct QUEUE_URL"
+        ) from exc
+    except InfrastructureError as exc:
+        log.warning(
+            "cannot check the queue of QUEUE_URL %s at start: %s; starting anyway",
+            settings.queue_url,
+            exc,
+        )
 
 
 def run_services(

@@ -106,7 +106,13 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     stop = threading.Event()
     install_stop_handlers(stop)
     with configuration_errors():
-        rt = open_runtime(settings, application_name="reminders-dev", migrate=True, pool_size=10)
+        rt = open_runtime(
+            settings,
+            application_name="reminders-dev",
+            migrate=True,
+            pool_size=10,
+            check_queue=True,
+        )
         if stop.is_set():
             rt.close()
             log.info("reminders dev stopped during startup")

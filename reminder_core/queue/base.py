@@ -56,6 +56,15 @@ class DeadLetter:
 class Queue(Protocol):
     """At-least-once queue with a visibility timeout and a dead-letter queue (SQS model)."""
 
+    def check(self) -> None:
+        """Check once, at start, that the queue exists and can be used.
+
+        Raises:
+            QueueNotFound: the queue server says the queue does not exist.
+            InfrastructureError: the queue server could not be asked.
+        """
+        ...
+
     def send_batch(
         self, bodies: Sequence[Mapping[str, Any]], *, now: datetime, delays_s: Sequence[float]
     ) -> None:

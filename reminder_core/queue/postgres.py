@@ -30,6 +30,10 @@ class PostgresQueue:
         self.name = name
         self.max_receive_count = max_receive_count
 
+    def check(self) -> None:
+        """Nothing to check: the table comes with the migrations, and any name is a queue
+        (its dead letters are rows of the same table)."""
+
     def send_batch(
         self, bodies: Sequence[Mapping[str, Any]], *, now: datetime, delays_s: Sequence[float]
     ) -> None:

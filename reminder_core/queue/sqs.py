@@ -73,7 +73,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from reminder_core.errors import InfrastructureError
+from reminder_core.errors import InfrastructureError, QueueNotFound
 from reminder_core.queue.base import DeadLetter, Message, QueueDepth
 
 if TYPE_CHECKING:
@@ -563,6 +563,20 @@ class SqsQueue:
         self._delete(dlq_url, [letter.receipt_handle for letter in letters])
         return len(letters)
 
+    # --- start --------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Check once, at start, that the queue can be used: it exists (GetQueueUrl for a
+        name, GetQueueAttributes for a URL), it has a RedrivePolicy, and its dead-letter
+        queue exists. Caches what it learns (the URLs) for the later calls.
+
+        Raises:
+            QueueNotFound: SQS says the queue or its dead-letter queue does not exist.
+            InfrastructureError: SQS could not be reached or refused the calls, or the
+                queue has no RedrivePolicy.
+        """
+        self._dlq()
+
     # --- internals ---------------------------------------------------------------------
 
     def _url(self) -> str:
@@ -755,10 +769,15 @@ class SqsQueue:
 
 @contextmanager
 def _aws(what: str) -> Iterator[None]:
-    """Map botocore's errors to InfrastructureError."""
+    """Map botocore's errors to InfrastructureError (QueueNotFound for a queue SQS says
+    does not exist)."""
     try:
         yield
-    except (BotoCoreError, ClientError) as exc:
+    except ClientError as exc:
+        if _code(exc) in _NO_QUEUE_CODES:
+            raise QueueNotFound(f"SQS {what}: no such queue ({_code(exc)})") from exc
+        raise InfrastructureError(f"SQS {what} failed: {exc}") from exc
+    except BotoCoreError as exc:
         raise InfrastructureError(f"SQS {what} failed: {exc}") from exc
 
 

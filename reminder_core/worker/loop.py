@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Protocol
 
 from reminder_core.clock import utcnow
+from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import HEARTBEAT, TICK_DURATION, TICK_FAILURES
 
 log = logging.getLogger(__name__)
@@ -31,11 +32,17 @@ class TickResult:
         processed: items handled; a full batch (`more` True) makes the loop tick again at once.
         more: True when the tick stopped at its batch limit and work may be waiting.
         counts: named counts for logs and tests (e.g. {"claimed": 12}).
+        failed: what failed in a tick that otherwise did its work (e.g. "publish": the
+            coordinator's fast path could not reach the queue after committing its
+            claims), else None. The loop counts such a tick as failed (metric,
+            consecutive failures, `/readyz`) but does not back off: what it committed
+            stands, and the next tick has work of its own.
     """
 
     processed: int = 0
     more: bool = False
     counts: dict[str, int] = field(default_factory=dict)
+    failed: str | None = None
 
 
 class Service(Protocol):
@@ -75,11 +82,13 @@ def run_loop(
         heartbeat: updated before and after every tick.
         jitter_start: wait a random part of one interval first, so replicas spread out.
 
-    Side effects: whatever the ticks do; logs failing ticks; metrics labelled with
-    `service.name`: reminders_tick_duration_seconds, reminders_tick_failures_total and
-    reminders_worker_heartbeat_timestamp_seconds (set at each tick's start and end, from
-    `clock`). Returns when `stop` is set,
-    after the tick in progress (if any) has finished: a soft stop never cuts a tick.
+    Side effects: whatever the ticks do; logs failing ticks (an InfrastructureError, a
+    dependency that is down, in one line; anything else with its traceback); metrics
+    labelled with `service.name`: reminders_tick_duration_seconds,
+    reminders_tick_failures_total (ticks that raised, and ticks whose result says
+    `failed`) and reminders_worker_heartbeat_timestamp_seconds (set at each tick's start
+    and end, from `clock`). Returns when `stop` is set, after the tick in progress (if
+    any) has finished: a soft stop never cuts a tick.
     """
     hb = heartbeat or Heartbeat()
     if jitter_start and stop.wait(random.uniform(0, poll_interval_s)):
@@ -92,21 +101,27 @@ def run_loop(
         started = time.monotonic()
         try:
             result = service.run_once(hb.tick_started_at)
-        except Exception:
+        except Exception as exc:
             duration.observe(time.monotonic() - started)
             TICK_FAILURES.labels(workload=service.name).inc()
             hb.consecutive_failures += 1
             backoff = min(max_backoff_s, poll_interval_s * 2**hb.consecutive_failures)
             wait = random.uniform(backoff / 2, backoff)
-            log.exception(
-                "%s tick failed (%d in a row); next try in %.1fs",
+            log.error(
+                "%s tick failed (%d in a row); next try in %.1fs%s",
                 service.name,
                 hb.consecutive_failures,
                 wait,
+                f": {exc}" if isinstance(exc, InfrastructureError) else "",
+                exc_info=not isinstance(exc, InfrastructureError),
             )
         else:
             duration.observe(time.monotonic() - started)
-            hb.consecutive_failures = 0
+            if result.failed is None:
+                hb.consecutive_failures = 0
+            else:
+                TICK_FAILURES.labels(workload=service.name).inc()
+                hb.consecutive_failures += 1
             wait = 0.0 if result.more else poll_interval_s
             if result.processed:
                 log.debug("%s tick: %s", service.name, result.counts)

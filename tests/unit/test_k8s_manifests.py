@@ -537,16 +537,20 @@ def test_probes_point_at_real_paths_and_ports(name: str) -> None:
         else:
             port = settings_for(container_env(docs, container)).metrics_port
             assert port, f"{where}: METRICS_PORT is off, nothing answers the probes"
-            assert {g["path"] for g in gets} == {"/healthz"}
+            # Liveness must not follow a dependency outage; readiness does
+            # (reminder_core.metrics_server).
+            assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+            assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+            assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         for get in gets:
             assert container_port(container, get["port"]) == port, where
 
 
 def test_worker_probe_and_scrape_paths_are_served() -> None:
-    """The workers' /healthz and /metrics come from reminder_core.metrics_server."""
+    """The workers' /healthz, /readyz and /metrics come from reminder_core.metrics_server."""
     server = MetricsServer("127.0.0.1", 0)
     try:
-        for path in ("/healthz", "/metrics"):
+        for path in ("/healthz", "/readyz", "/metrics"):
             with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=5) as r:
                 assert r.status == 200, path
     finally:
@@ -748,8 +752,24 @@ def test_every_deployment_has_a_disruption_budget(name: str) -> None:
         labels = deployment["spec"]["template"]["metadata"]["labels"]
         covering = [b for b in budgets if matches(b["spec"]["selector"]["matchLabels"], labels)]
         assert len(covering) == 1, deployment["metadata"]["name"]
-        # maxUnavailable, so that a one-replica workload can still be drained.
+        # maxUnavailable, so that a one-replica workload can still be drained; pods that
+        # are not ready (a dependency down) too.
         assert covering[0]["spec"].get("maxUnavailable") == 1
+        assert covering[0]["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
+
+
+@pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
+def test_workers_that_are_not_ready_are_still_scraped(name: str) -> None:
+    # A worker is not ready while its ticks fail (/readyz); an Endpoints object lists
+    # only ready pods unless publishNotReadyAddresses (Kubernetes API, ServiceSpec).
+    docs = rendered(name)
+    workers = [
+        s
+        for s in of_kind(docs, "Service")
+        if s["spec"]["selector"].get("reminders/tier") == "worker"
+    ]
+    assert workers
+    assert all(s["spec"].get("publishNotReadyAddresses") is True for s in workers)
 
 
 @pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))

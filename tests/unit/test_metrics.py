@@ -8,6 +8,7 @@ documented exit codes (0 OK, 1 something over its threshold, 2 something unreada
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,7 +20,7 @@ from reminder_core.errors import (
     TransientDeliveryError,
 )
 from reminder_core.metrics import error_class
-from reminder_core.metrics_server import loop_health
+from reminder_core.metrics_server import NOT_READY_AFTER_FAILURES, loop_health
 from reminder_core.worker.loop import Heartbeat, TickResult, run_loop
 from reminders.status import Check, State, StatusReport, judge
 from sender.providers.base import OutgoingEmail, SendReceipt
@@ -170,6 +171,35 @@ def test_health_fails_on_a_stale_loop_or_a_dead_thread() -> None:
     health = loop_health([dead], fresh, now=NOW, since=NOW, stale_s=60)
     assert not health.ok
     assert health.loops["d"]["alive"] is False
+
+
+def test_failing_ticks_make_a_loop_not_ready_but_leave_it_alive() -> None:
+    # Liveness must not restart pods for a dependency outage; readiness shows it after
+    # NOT_READY_AFTER_FAILURES failed ticks in a row.
+    a = _thread("a", alive=True)
+    for failures, ready in ((0, True), (NOT_READY_AFTER_FAILURES - 1, True),
+                            (NOT_READY_AFTER_FAILURES, False)):  # fmt: skip
+        beats = {"a": Heartbeat(last_tick_at=NOW, consecutive_failures=failures)}
+        health = loop_health([a], beats, now=NOW, since=NOW, stale_s=60)
+        assert health.ok
+        assert (health.ready, health.loops["a"]["ready"]) == (ready, ready)
+    stale = {"a": Heartbeat(last_tick_at=NOW - timedelta(seconds=61))}
+    assert not loop_health([a], stale, now=NOW, since=NOW, stale_s=60).ready  # dead: not ready
+
+
+def test_a_tick_that_says_it_failed_counts_without_backing_off() -> None:
+    name = Ticks.name
+    failures_before = sample("reminders_tick_failures_total", workload=name)
+    stop = threading.Event()
+    failed = TickResult(processed=1, failed="publish")
+    svc = Ticks([failed, failed, TickResult(processed=1), failed], stop)
+    hb = Heartbeat()
+    started = time.monotonic()
+    run_loop(svc, stop, poll_interval_s=0.01, max_backoff_s=5, heartbeat=hb,
+             jitter_start=False)  # fmt: skip
+    assert time.monotonic() - started < 2  # never a backoff of seconds
+    assert sample("reminders_tick_failures_total", workload=name) - failures_before == 3
+    assert hb.consecutive_failures == 1  # reset by the good tick, then one more
 
 
 def test_before_its_first_tick_a_loop_is_judged_from_its_start() -> None:
