@@ -32,6 +32,7 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/claim_throughput.py
 	$(BIN)/python bench/next_occurrence.py
+	PYTHONPATH=. $(BIN)/python bench/end_to_end.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
