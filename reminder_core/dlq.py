@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 
@@ -27,7 +27,12 @@ class ReplayReport:
 
 
 def replay(
-    engine: Engine, queue: Queue, message_ids: Sequence[str] | None, *, now: datetime
+    engine: Engine,
+    queue: Queue,
+    message_ids: Sequence[str] | None,
+    *,
+    now: datetime,
+    lease_s: float = 0.0,
 ) -> ReplayReport:
     """Send dead letters back to the queue, safely.
 
@@ -39,6 +44,8 @@ def replay(
 
     Args:
         message_ids: dead-letter ids to replay; None for all of them.
+        lease_s: DELIVERY_LEASE_S; a `sending` row locked less than this long ago is held
+            by a live sender and left to it (the replayed message waits out the lease).
     """
     letters = {d.message_id: d for d in queue.dead_letters(limit=100_000)}
     wanted = list(letters) if message_ids is None else list(message_ids)
@@ -64,7 +71,12 @@ def replay(
                 continue
             conn.execute(
                 query("delivery_for_replay"),
-                {"reminder_id": reminder_id, "run_time_utc": run_time, "now": now},
+                {
+                    "reminder_id": reminder_id,
+                    "run_time_utc": run_time,
+                    "now": now,
+                    "lease_cutoff": now - timedelta(seconds=lease_s),
+                },
             )
             redrive.append(message_id)
     moved = queue.redrive(redrive, now=now)

@@ -119,7 +119,7 @@ class Settings(BaseSettings):
     sweeper_poll_interval_s: float = Field(default=5.0, gt=0, le=300)
     sender_poll_interval_s: float = Field(default=0.5, gt=0, le=60)
     sender_batch_size: int = Field(
-        default=100,
+        default=10,
         ge=1,
         le=1000,
         description="Messages per receive, handled as one set (SQS returns at most 10 per"
@@ -129,7 +129,12 @@ class Settings(BaseSettings):
         default=8, ge=1, le=256, description="Provider calls in flight at once per sender."
     )
     delivery_lease_s: float = Field(
-        default=120.0, gt=0, description="A `sending` row is taken over after this long."
+        default=45.0,
+        gt=0,
+        description="A `sending` row is taken over after this long without a heartbeat."
+        " Shorter than VISIBILITY_TIMEOUT_S, so that a message back after its sender died"
+        " finds the lease ended (not `busy`, which would cost it another receive); longer"
+        " than two heartbeats (VISIBILITY_TIMEOUT_S / 3 each).",
     )
     all_day_local_time: time = Field(
         default=time(9, 0), description="Local time at which all-day reminders fire."

@@ -134,7 +134,9 @@ def dlq_replay(
 
     rt = _queue_runtime()
     try:
-        report = replay(rt.engine, rt.queue, ids or None, now=utcnow())
+        report = replay(
+            rt.engine, rt.queue, ids or None, now=utcnow(), lease_s=rt.settings.delivery_lease_s
+        )
     finally:
         rt.close()
     typer.echo(

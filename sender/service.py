@@ -289,7 +289,7 @@ class Sender:
         return works
 
     def _parse(self, works: list[_Work]) -> None:
-        seen: set[tuple[uuid.UUID, datetime]] = set()
+        seen: dict[tuple[uuid.UUID, datetime], _Work] = {}
         for w in works:
             try:
                 w.occ = Occurrence.from_body(w.message.body)
@@ -301,11 +301,19 @@ class Sender:
                 w.outcome = Outcome.DROPPED
                 continue
             key = (w.occ.reminder_id, w.occ.run_time_utc)
-            if key in seen:
-                # The same occurrence twice in one batch (a republished outbox row): the
-                # first copy carries it to the end, retries included.
-                w.outcome = Outcome.DUPLICATE
-            seen.add(key)
+            first = seen.get(key)
+            if first is not None:
+                # The same occurrence twice in one batch (a republished outbox row, or a
+                # replay beside a plain copy): one copy carries it to the end, retries
+                # included; a replay wins, since only it is sent whatever the reminder's
+                # state (a plain copy of an occurrence that is no longer due is dropped).
+                assert first.occ is not None
+                if w.occ.replay and not first.occ.replay:
+                    first.outcome, seen[key] = Outcome.DUPLICATE, w
+                else:
+                    w.outcome = Outcome.DUPLICATE
+                continue
+            seen[key] = w
 
     def _load_profiles(self, works: list[_Work]) -> None:
         cache: dict[str, Profile | InfrastructureError | None] = {}
@@ -368,6 +376,17 @@ class Sender:
                         recipient=w.profile.email, refusal=refusal, now=now,
                     )  # fmt: skip
                     w.outcome = Outcome.SUPPRESSED
+                elif (
+                    not occ.replay
+                    and reminder.status == ReminderStatus.PAUSED
+                    and reminder.next_run_utc == occ.run_time_utc
+                    and paused_refusal(reminder, occ.run_time_utc) is None
+                ):
+                    # Paused by its user while this message was on its way: the occurrence
+                    # is still the reminder's next one and is claimed again on resume (same
+                    # key), so nothing is recorded for it (a `cancelled` row would make the
+                    # resumed reminder fail as a duplicate).
+                    w.outcome = Outcome.CANCELLED
                 elif not occ.replay and not _still_due(reminder, occ):
                     # Outcome decided below: CANCELLED (SUPPRESSED when a suppression
                     # paused the reminder) when this records the occurrence, DUPLICATE

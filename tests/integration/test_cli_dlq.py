@@ -121,3 +121,53 @@ def test_token_command_mints_a_token_the_api_accepts(settings: Settings) -> None
     assert verify_token(token, key=settings.jwt_key(), settings=settings) == "alice"
     empty = CliRunner().invoke(app, ["token", "--user", ""], env=env)
     assert empty.exit_code == 2
+
+
+def test_replay_leaves_a_row_held_under_a_live_lease_to_its_sender(db: Engine) -> None:
+    # Break-it trial: replay reset a `sending` row a live sender held (lease cleared), so a
+    # second sender called the provider for the same key at the same time.
+    from datetime import UTC, datetime, timedelta
+
+    from reminder_core.dlq import replay
+    from reminder_core.queue import PostgresQueue
+
+    now = datetime(2030, 1, 1, 12, tzinfo=UTC)
+    queue = PostgresQueue(db, name="reminders", max_receive_count=1)
+    with db.begin() as conn:
+        rid = conn.execute(
+            text(
+                "INSERT INTO reminders (user_id, title, start_local, timezone, next_run_utc,"
+                " status) VALUES ('alice', 'x', '2030-01-01T12:00', 'UTC', :n, 'failed')"
+                " RETURNING id"
+            ),
+            {"n": now},
+        ).scalar_one()
+        conn.execute(
+            text(
+                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
+                " locked_at, lease_token) VALUES (:r, 'alice', :n, 'sending', :locked,"
+                " gen_random_uuid())"
+            ),
+            {"r": rid, "n": now, "locked": now - timedelta(seconds=5)},
+        )
+    body = {"reminder_id": str(rid), "run_time_utc": now.isoformat(), "user_id": "alice",
+            "version": 1}  # fmt: skip
+    queue.send_batch([body], now=now, delays_s=[0])
+    queue.receive(now=now, max_messages=1, visibility_timeout_s=1)
+    queue.receive(now=now + timedelta(seconds=2), max_messages=1, visibility_timeout_s=1)
+    assert queue.depth(now=now).dead_lettered == 1
+    assert replay(db, queue, None, now=now, lease_s=45).redriven == 1
+    with db.connect() as conn:
+        row = conn.execute(text("SELECT status, lease_token FROM delivery_log")).one()
+    assert row.status == "sending"
+    assert row.lease_token is not None  # still the live sender's
+    replay_later = now + timedelta(seconds=60)  # the lease has ended: the replay takes it
+    with db.begin() as conn:
+        conn.execute(text("DELETE FROM queue_messages"))
+    queue.send_batch([body], now=replay_later, delays_s=[0])
+    queue.receive(now=replay_later, max_messages=10, visibility_timeout_s=1)
+    queue.receive(now=replay_later + timedelta(seconds=2), max_messages=10, visibility_timeout_s=1)
+    assert replay(db, queue, None, now=replay_later, lease_s=45).redriven == 1
+    with db.connect() as conn:
+        row = conn.execute(text("SELECT status, lease_token FROM delivery_log")).one()
+    assert (row.status, row.lease_token) == ("sending", None)

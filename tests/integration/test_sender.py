@@ -358,3 +358,50 @@ def test_a_busy_occurrence_comes_back_when_the_lease_ends(db, queue, settings, p
         len(queue.receive(now=at + timedelta(seconds=51), max_messages=1, visibility_timeout_s=30))
         == 1
     )
+
+
+def test_a_reminder_paused_while_claimed_and_resumed_is_sent(db, queue, settings, provider) -> None:
+    # Break-it trial: the message of a claimed one-time reminder reached the sender while
+    # the reminder was paused; a `cancelled` row was recorded for its occurrence, and after
+    # resume the occurrence was a "duplicate" and the reminder failed without a send.
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    with db.begin() as conn:  # the user pauses it (the API's pause of a claimed reminder)
+        conn.execute(
+            text("UPDATE reminders SET status = 'paused', claimed_by = NULL, claimed_at = NULL")
+        )
+    sender = make_sender(db, queue, settings, provider)
+    assert sender.run_once(NOW).counts == {"cancelled": 1}
+    assert provider.calls == []
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM delivery_log")).scalar_one() == 0
+    with db.begin() as conn:  # resumed: pending again at the same (past) time
+        conn.execute(text("UPDATE reminders SET status = 'pending'"))
+    claim(db, queue)
+    assert sender.run_once(NOW).counts == {"sent": 1}
+    row = one(
+        db,
+        "SELECT d.status, r.status AS r_status FROM delivery_log d"
+        " JOIN reminders r ON r.id = d.reminder_id",
+    )
+    assert (row.status, row.r_status) == ("sent", "completed")
+
+
+def test_a_replay_beside_a_plain_copy_in_one_batch_is_the_one_kept(
+    db, queue, settings, provider
+) -> None:
+    # Break-it trial: a plain copy received first made the replay a "duplicate", then was
+    # itself dropped as no longer due: the redriven occurrence was never sent.
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    payload = receive_one(queue).body
+    with db.begin() as conn:  # as after a dead letter: the one-time reminder failed
+        conn.execute(
+            text("UPDATE reminders SET status = 'failed', claimed_by = NULL, claimed_at = NULL")
+        )
+        conn.execute(text("DELETE FROM queue_messages"))
+    queue.send_batch([payload, {**payload, "replay": True}], now=NOW, delays_s=[0, 0])
+    sender = make_sender(db, queue, settings, provider)
+    assert sender.run_once(NOW).counts == {"duplicate": 1, "sent": 1}
+    assert len(provider.calls) == 1
+    assert one(db, "SELECT status FROM delivery_log").status == "sent"

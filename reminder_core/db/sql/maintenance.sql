@@ -83,7 +83,10 @@ RETURNING run_time_utc;
 
 -- name: delivery_for_replay
 -- Before a dead letter is replayed: an occurrence already delivered stays as it is (not
--- sent again); a failed or unfinished one becomes `sending` with no lease, for the sender.
+-- sent again); a failed or abandoned one becomes `sending` with no lease, for the sender.
+-- A row a sender holds under a live lease is left to it: the replayed message waits out
+-- that lease and then finds the outcome (clearing it let a second sender call the
+-- provider for the same key at the same time).
 UPDATE delivery_log
 SET status = 'sending',
     locked_at = NULL,
@@ -91,7 +94,8 @@ SET status = 'sending',
     error = coalesce(error || '; ', '') || 'replayed from the dead-letter queue',
     updated_at = :now
 WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc
-  AND status IN ('failed', 'sending');
+  AND (status = 'failed'
+       OR (status = 'sending' AND (locked_at IS NULL OR locked_at <= :lease_cutoff)));
 
 -- name: reminder_replayed_sent
 -- A one-time reminder that failed through the dead-letter queue and was then replayed
