@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, text
 
 from reminder_core.db.embedded import embedded_database_url
 from reminder_core.db.migrate import upgrade
@@ -25,6 +23,7 @@ from reminder_core.db.session import make_engine, normalize_url
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from tests.support.moto import moto_server
+from tests.support.workloads import fresh_database
 
 TABLES = ("delivery_log", "outbox", "queue_messages", "reminders")
 # Emptied before each test too, but not counted by table_counts (whose answers tests
@@ -47,16 +46,9 @@ def admin_url() -> str:
 @pytest.fixture(scope="session")
 def database_url(admin_url: str) -> Iterator[str]:
     """A fresh database for this test run, migrated to head; dropped afterwards."""
-    name = f"reminders_test_{secrets.token_hex(4)}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    upgrade(url)
-    yield url
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with fresh_database(admin_url, "reminders_test") as (url, _):
+        upgrade(url)
+        yield url
 
 
 @pytest.fixture(scope="session")

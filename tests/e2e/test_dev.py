@@ -41,10 +41,10 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from reminder_core.db.session import normalize_url
 from reminder_core.settings import Settings
+from tests.support.workloads import fresh_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -230,17 +230,8 @@ def dev_database_url() -> Iterator[str | None]:
     if not admin_url:
         yield None
         return
-    admin_url = normalize_url(admin_url)
-    name = f"reminders_e2e_{secrets.token_hex(4)}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_database(normalize_url(admin_url), "reminders_e2e") as (url, _):
+        yield url
 
 
 @pytest.fixture

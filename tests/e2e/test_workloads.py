@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -23,12 +22,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, text
 
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from tests.e2e.test_dev import free_port
+from tests.support.workloads import fresh_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -47,17 +46,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def e2e_db(admin_url: str) -> Iterator[tuple[str, Engine]]:
-    name = f"reminders_e2e_{secrets.token_hex(4)}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    engine = create_engine(url)
-    yield url, engine
-    engine.dispose()
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with fresh_database(admin_url, "reminders_e2e") as url_and_engine:
+        yield url_and_engine
 
 
 class Processes:

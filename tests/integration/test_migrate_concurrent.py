@@ -5,28 +5,21 @@ while the old one still runs; trial finding: one failed with UniqueViolation): b
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from reminder_core.settings import Settings
+from tests.support.workloads import fresh_database
 
 
 @pytest.fixture
 def fresh_url(admin_url: str) -> Iterator[str]:
-    name = f"reminders_migrate_{secrets.token_hex(4)}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with fresh_database(admin_url, "reminders_migrate") as (url, _):
+        yield url
 
 
 def test_concurrent_migrations_both_succeed(fresh_url: str) -> None:

@@ -12,7 +12,6 @@ outbox rows, queue messages and pending reminders are never deleted.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 import uuid
@@ -21,7 +20,6 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.maintenance import Maintenance
@@ -34,6 +32,7 @@ from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from tests.integration.helpers import insert_due_reminders
 from tests.integration.test_sender import Clock, CountingProvider, make_sender
+from tests.support.workloads import fresh_database as empty_database
 
 WEEK = timedelta(days=7)
 # Monday 2031-03-03 00:00 UTC: the first week of the scenarios below.
@@ -415,14 +414,8 @@ def test_pending_and_in_flight_work_is_never_deleted(db: Engine) -> None:
 @pytest.fixture
 def fresh_database(admin_url: str) -> Iterator[str]:
     """An empty database of its own (this test migrates it step by step)."""
-    name = f"reminders_mig_{secrets.token_hex(4)}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with empty_database(admin_url, "reminders_mig") as (url, _):
+        yield url
 
 
 def test_migration_0005_keeps_every_delivery_row_and_its_constraints(fresh_database: str) -> None:
