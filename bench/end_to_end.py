@@ -143,9 +143,10 @@ def sender_process(
     queue = PostgresQueue(engine, name="bench", max_receive_count=5)
     provider: Provider = (
         ResendProvider(
-            httpx.Client(timeout=10, limits=httpx.Limits(max_connections=concurrency)),
             base_url=provider_url,
             api_key="bench",
+            read_timeout_s=10,
+            max_connections=concurrency,
         )
         if provider_url
         else AcceptAll()
@@ -154,7 +155,7 @@ def sender_process(
         engine, queue, LocalProfileSource(Path(profiles)), Renderer(), provider,
         mail_from="bench@example.com", visibility_timeout_s=60, lease_s=60,
         schedule_config=ScheduleConfig.from_settings(Settings(jwt_secret="x" * 40)),
-        batch_size=batch, concurrency=concurrency,
+        batch_size=batch, concurrency=concurrency, owns_provider=True,
     )  # fmt: skip
     ready.wait()
     while not stop.is_set():

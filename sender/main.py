@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 
-import httpx
-
 from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
@@ -48,17 +46,7 @@ def build_single_provider(name: str, settings: Settings) -> Provider:
         ValueError: an unknown name, or a provider configured without what it needs.
     """
     if name == "resend":
-        if not settings.resend_api_key:
-            raise ValueError("EMAIL_PROVIDER=resend needs RESEND_API_KEY")
-        client = httpx.Client(
-            timeout=httpx.Timeout(
-                settings.provider_read_timeout_s, connect=settings.provider_connect_timeout_s
-            ),
-            limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
-        )
-        return ResendProvider(
-            client, base_url=settings.resend_api_url, api_key=settings.resend_api_key
-        )
+        return ResendProvider.from_settings(settings)
     if name == "ses":
         return SesProvider.from_settings(settings)
     if name == "smtp":
@@ -89,6 +77,7 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
         stop=stop,
         batch_size=s.sender_batch_size,
         concurrency=s.sender_concurrency,
+        owns_provider=True,
     )
 
 

@@ -52,7 +52,7 @@ from reminder_core.suppression import (
     suppress_replay,
 )
 from reminder_core.worker.loop import TickResult
-from sender.providers.base import OutgoingEmail, Provider, SendReceipt
+from sender.providers.base import OutgoingEmail, Provider, SendReceipt, close_provider
 from sender.providers.failover import FailoverProvider
 from sender.render import Renderer
 
@@ -182,6 +182,8 @@ class Sender:
         batch_size: messages per receive.
         concurrency: provider calls in flight at once (threads); 1 sends one by one.
         clock: current time for instants taken after a send (sent_at); aware UTC.
+        owns_provider: `close()` closes the provider too (its connections and threads);
+            False when the caller shares the provider and closes it itself.
 
     While a batch is being worked on, a heartbeat thread extends the visibility timeout of
     every message of the batch and the lease of every delivery row held, every
@@ -209,8 +211,10 @@ class Sender:
         batch_size: int = 10,
         concurrency: int = 1,
         clock: Callable[[], datetime] = utcnow,
+        owns_provider: bool = False,
     ) -> None:
         self._engine = engine
+        self._owns_provider = owns_provider
         self._queue = queue
         self._profiles = profiles
         self._renderer = renderer
@@ -939,10 +943,13 @@ class Sender:
         return len(held)
 
     def close(self) -> None:
-        """Stop the heartbeat thread and the send threads."""
+        """Stop the heartbeat thread and the send threads; close the provider when this
+        sender owns it (`owns_provider`)."""
         self._heartbeat_stop.set()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        if self._owns_provider:
+            close_provider(self._provider)
 
 
 #: Outcomes logged one line per message when a batch settles, and at which level; RETRY,

@@ -23,6 +23,7 @@ from reminder_core.db.session import make_engine, normalize_url
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from tests.support.moto import moto_server
+from tests.support.providers import close_test_providers
 from tests.support.workloads import fresh_database
 
 TABLES = ("delivery_log", "outbox", "queue_messages", "reminders")
@@ -30,6 +31,13 @@ TABLES = ("delivery_log", "outbox", "queue_messages", "reminders")
 # compare whole).
 OTHER_TABLES = ("suppressions", "webhook_events")
 JWT_SECRET = "test-secret-" + "x" * 40
+
+
+@pytest.fixture(autouse=True)
+def _close_test_providers() -> Iterator[None]:
+    """Close the Resend providers a test made (tests.support.providers)."""
+    yield
+    close_test_providers()
 
 
 @pytest.fixture(scope="session")

@@ -52,3 +52,12 @@ class Provider(Protocol):
             PermanentDeliveryError: never retry (rejected message or address).
         """
         ...
+
+
+def close_provider(provider: Provider) -> None:
+    """Release what `provider` holds (connections, threads) by calling its `close()`, for
+    providers that have one (a provider without it holds nothing to release). Wrappers
+    (failover, instrumented) close what they wrap."""
+    close = getattr(provider, "close", None)
+    if callable(close):
+        close()

@@ -58,7 +58,7 @@ from redis.exceptions import RedisError
 from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
 from reminder_core.metrics import BREAKER_NOT_CLOSED_SINCE, BREAKER_STATE
 from reminder_core.settings import Settings
-from sender.providers.base import OutgoingEmail, Provider, SendReceipt
+from sender.providers.base import OutgoingEmail, Provider, SendReceipt, close_provider
 
 log = logging.getLogger(__name__)
 
@@ -500,6 +500,11 @@ class FailoverProvider:
         until the first open breaker lets its half-open probe through."""
         now = datetime.now(UTC)
         return min(member.open_for_s(now) for member in self._members)
+
+    def close(self) -> None:
+        """Close every provider (`close_provider`), primary first."""
+        for member in self._members:
+            close_provider(member.provider)
 
     def breaker_states(self) -> dict[str, str]:
         """Each provider's breaker state, primary first: {name: "closed" | "open" |

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from reminder_core.metrics import PROVIDER_LATENCY, PROVIDER_REQUESTS, error_class
-from sender.providers.base import OutgoingEmail, Provider, SendReceipt
+from sender.providers.base import OutgoingEmail, Provider, SendReceipt, close_provider
 
 
 class InstrumentedProvider:
@@ -35,3 +35,7 @@ class InstrumentedProvider:
         finally:
             PROVIDER_LATENCY.labels(provider=self.name).observe(time.perf_counter() - started)
             PROVIDER_REQUESTS.labels(provider=self.name, result=result).inc()
+
+    def close(self) -> None:
+        """Close the wrapped provider (`close_provider`)."""
+        close_provider(self.inner)

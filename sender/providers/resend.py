@@ -1,4 +1,5 @@
-"""Resend HTTP API provider (httpx): POST /emails with an Idempotency-Key header.
+"""Resend HTTP API provider: POST /emails with an Idempotency-Key header, over the
+aiohttp-backed client of sender/providers/http.py.
 
 Resend documents: `POST https://api.resend.com/emails` with `Authorization: Bearer <key>`
 and JSON {from, to, subject, html, text}; success 200 {"id": "..."}; the
@@ -9,13 +10,14 @@ The test suite's fake provider speaks the same protocol.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-import httpx
-
 from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
+from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
+from sender.providers.http import NO_ANSWER_ERRORS, NOT_SENT_ERRORS, HttpClient
 
 #: Statuses that prove the message was not taken and a retry may succeed.
 RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -44,19 +46,59 @@ class ResendProvider:
     """Sends through the Resend API (or anything speaking it, such as the test fake).
 
     Args:
-        client: an httpx.Client with connect/read timeouts set (built in main()).
         base_url: e.g. "https://api.resend.com".
         api_key: bearer token.
+        connect_timeout_s: seconds to get a connection (PROVIDER_CONNECT_TIMEOUT_S).
+        read_timeout_s: seconds to wait for each read of the answer
+            (PROVIDER_READ_TIMEOUT_S).
+        max_connections: keep-alive connections to the API (at least the sender's
+            SENDER_CONCURRENCY, or calls wait for a free one).
         name: provider name recorded on delivery rows.
+
+    Side effects: starts the HTTP client's event-loop thread; `close()` stops it.
     """
 
     def __init__(
-        self, client: httpx.Client, *, base_url: str, api_key: str, name: str = "resend"
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 30.0,
+        max_connections: int = 20,
+        name: str = "resend",
     ) -> None:
-        self._client = client
         self._url = base_url.rstrip("/") + "/emails"
         self._api_key = api_key
         self.name = name
+        self._client = HttpClient(
+            connect_timeout_s=connect_timeout_s,
+            read_timeout_s=read_timeout_s,
+            max_connections=max_connections,
+            name=f"{name}-http",
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ResendProvider:
+        """From RESEND_API_URL, RESEND_API_KEY, PROVIDER_CONNECT_TIMEOUT_S,
+        PROVIDER_READ_TIMEOUT_S and SENDER_CONCURRENCY.
+
+        Raises:
+            ValueError: RESEND_API_KEY is not set.
+        """
+        if not settings.resend_api_key:
+            raise ValueError("EMAIL_PROVIDER=resend needs RESEND_API_KEY")
+        return cls(
+            base_url=settings.resend_api_url,
+            api_key=settings.resend_api_key,
+            connect_timeout_s=settings.provider_connect_timeout_s,
+            read_timeout_s=settings.provider_read_timeout_s,
+            max_connections=max(20, settings.sender_concurrency),
+        )
+
+    def close(self) -> None:
+        """Close the keep-alive connections and the client's thread. Idempotent."""
+        self._client.close()
 
     def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
         """POST the email; see the module docstring for the protocol.
@@ -69,9 +111,9 @@ class ResendProvider:
             PermanentDeliveryError: any other 4xx (the message or address is invalid).
         """
         try:
-            response = self._client.post(
+            response = self._client.post_json(
                 self._url,
-                json={
+                {
                     "from": email.sender,
                     "to": [email.to],
                     "subject": email.subject,
@@ -83,16 +125,16 @@ class ResendProvider:
                     "Idempotency-Key": idempotency_key,
                 },
             )
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            raise TransientDeliveryError(f"{self.name}: cannot connect: {exc}") from exc
-        except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        except NOT_SENT_ERRORS as exc:
+            raise TransientDeliveryError(f"{self.name}: cannot connect: {exc!r}") from exc
+        except NO_ANSWER_ERRORS as exc:
             raise TransientDeliveryError(
-                f"{self.name}: no answer after sending: {exc}", ambiguous=True
+                f"{self.name}: no answer after sending: {exc!r}", ambiguous=True
             ) from exc
-        status = response.status_code
+        status = response.status
         if status < 300:
             try:
-                message_id = str(response.json()["id"])
+                message_id = str(json.loads(response.body)["id"])
             except (ValueError, KeyError, TypeError) as exc:
                 raise TransientDeliveryError(
                     f"{self.name}: unreadable success answer {response.text[:200]!r}",

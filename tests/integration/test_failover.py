@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client import REGISTRY
 from pydantic import ValidationError
@@ -34,6 +33,7 @@ from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.providers.failover import FailoverProvider
 from sender.providers.resend import ResendProvider
 from tests.support.fake_provider import FakeProvider
+from tests.support.providers import resend_provider
 
 EMAIL = OutgoingEmail(
     to="ada@example.com", sender="r@example.com", subject="Standup", text="t", html="<p>t</p>"
@@ -56,11 +56,7 @@ def backup() -> Iterator[FakeProvider]:
 
 
 def resend(url: str, name: str, *, read_timeout_s: float = 5.0) -> ResendProvider:
-    client = httpx.Client(
-        timeout=httpx.Timeout(read_timeout_s, connect=1.0),
-        limits=httpx.Limits(max_connections=32, max_keepalive_connections=32),
-    )
-    return ResendProvider(client, base_url=url, api_key="test-key", name=name)
+    return resend_provider(url, name=name, read_timeout_s=read_timeout_s)
 
 
 def failover(

@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import httpx
 import pytest
 from sqlalchemy import Engine, text
 
@@ -29,11 +28,11 @@ from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
-from sender.providers.resend import ResendProvider
 from sender.render import Renderer
 from sender.service import Sender
 from tests.integration.helpers import insert_due_reminders
 from tests.support.fake_provider import FakeProvider
+from tests.support.providers import resend_provider
 
 FAST = RetryPolicy(attempts=4, base_s=0.05, max_wait_s=5, budget_s=60)
 
@@ -69,13 +68,12 @@ def make_sender(
     read_timeout_s: float = 5.0,
     visibility_timeout_s: float = 30,
 ) -> Sender:
-    client = httpx.Client(timeout=httpx.Timeout(read_timeout_s, connect=2.0))
     return Sender(
         db,
         queue,
         LocalProfileSource(settings.effective_profiles_file),
         Renderer(),
-        ResendProvider(client, base_url=fake.url, api_key="test-key"),
+        resend_provider(fake.url, read_timeout_s=read_timeout_s, connect_timeout_s=2.0),
         mail_from="r@example.com",
         visibility_timeout_s=visibility_timeout_s,
         lease_s=60,

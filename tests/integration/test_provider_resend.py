@@ -14,13 +14,13 @@ import socket
 import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
 from sender.providers.resend import ResendProvider
 from tests.support.emails import EMAIL, KEY
 from tests.support.fake_provider import FakeProvider
+from tests.support.providers import resend_provider
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +38,7 @@ def fake(server: FakeProvider) -> FakeProvider:
 
 
 def resend(url: str, *, read_timeout_s: float = 5.0) -> ResendProvider:
-    client = httpx.Client(timeout=httpx.Timeout(read_timeout_s, connect=1.0))
-    return ResendProvider(client, base_url=url, api_key="re_test_key")
+    return resend_provider(url, name="resend", api_key="re_test_key", read_timeout_s=read_timeout_s)
 
 
 def test_wire_request_carries_the_key_both_parts_and_the_bearer_token(fake) -> None:

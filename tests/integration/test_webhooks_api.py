@@ -38,12 +38,12 @@ from reminder_api.app import create_app
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
-from sender.providers.resend import ResendProvider
 from tests.integration.api_support import Clock
 from tests.integration.test_api import assert_problem
 from tests.integration.test_sender import Clock as SenderClock
 from tests.integration.test_sender import make_sender
 from tests.support.fake_provider import FakeProvider
+from tests.support.providers import resend_provider
 from tests.support.sns import (
     CERT_PATH,
     SNS_HOST,
@@ -553,9 +553,8 @@ def test_a_sent_email_that_bounces_pauses_its_reminder_and_is_not_sent_again(
     start = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)  # daily at 12:00 UTC
     queue = PostgresQueue(db, name="reminders", max_receive_count=5)
     fake = FakeProvider().start()
-    http = httpx.Client()
     try:
-        provider = ResendProvider(http, base_url=fake.url, api_key="re_test_key")
+        provider = resend_provider(fake.url, api_key="re_test_key")
         with db.begin() as conn:
             reminder_id = conn.execute(
                 text(
@@ -602,7 +601,6 @@ def test_a_sent_email_that_bounces_pauses_its_reminder_and_is_not_sent_again(
         tick(start + timedelta(days=1))  # the next occurrence's time
         assert len(fake.state.accepted) == 1  # not sent again
     finally:
-        http.close()
         fake.stop()
 
 
