@@ -15,6 +15,7 @@ from datetime import datetime
 from functools import cache
 from importlib import resources
 
+import orjson
 from sqlalchemy import TextClause, text
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
@@ -50,9 +51,16 @@ def json_rows(rows: Iterable[Mapping[str, object]]) -> str:
 
     One JSON text per statement instead of one array parameter per column: psycopg
     adapts a Python list element by element in Python (a regex per element to decide on
-    quoting), which cost a fifth of the sender's CPU time; `json.dumps` runs in C.
+    quoting), which cost a fifth of the sender's CPU time. orjson serialises UUIDs and
+    aware datetimes (RFC 3339) natively, at a fraction of `json.dumps` with a `default`
+    hook (which was a tenth of the sender's CPU time); text orjson refuses (a lone
+    surrogate) goes through `json.dumps`, so both give the same statement errors.
     """
-    return json.dumps(list(rows), default=_json_default)
+    listed = list(rows)
+    try:
+        return orjson.dumps(listed).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(listed, default=_json_default)
 
 
 def id_array(ids: Iterable[object]) -> str:

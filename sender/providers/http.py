@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,7 +73,8 @@ class HttpClient:
         name: the event-loop thread's name.
 
     Side effects: starts a daemon thread running an asyncio event loop; `close()` stops
-    it and closes the connections.
+    it and closes the connections (as does garbage collection of an unclosed client,
+    without waiting).
     """
 
     def __init__(
@@ -84,7 +86,7 @@ class HttpClient:
         name: str = "http",
     ) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
+        self._thread = threading.Thread(target=_serve, args=(self._loop,), name=name, daemon=True)
         self._thread.start()
         self._closed = False
         timeout = aiohttp.ClientTimeout(
@@ -94,6 +96,7 @@ class HttpClient:
             sock_read=read_timeout_s,
         )
         self._session: aiohttp.ClientSession = self._run(self._open(timeout, max_connections))
+        self._finalizer = weakref.finalize(self, _shut_down, self._loop, self._session)
 
     @staticmethod
     async def _open(timeout: aiohttp.ClientTimeout, limit: int) -> aiohttp.ClientSession:
@@ -137,10 +140,35 @@ class HttpClient:
         if self._closed:
             return
         self._closed = True
+        self._finalizer.detach()
         try:
             self._run(self._session.close())
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
-            if not self._thread.is_alive():
-                self._loop.close()
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The client thread: run `loop` until stopped, then close it."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+def _shut_down(loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> None:
+    """Close `session` and stop `loop`, without waiting: the finalizer of a client that
+    was never closed (it may run on any thread, the loop's own included)."""
+
+    async def shut() -> None:
+        try:
+            await session.close()
+        finally:
+            loop.stop()
+
+    if not loop.is_closed():
+        try:
+            asyncio.run_coroutine_threadsafe(shut(), loop)
+        except RuntimeError:  # closed meanwhile
+            pass

@@ -100,13 +100,18 @@ def test_metrics_of_a_running_system_after_deliveries(
 
         worker = f"http://{HOST}:{metrics_port}"
         # Wait for the senders to settle (the metric is counted after the delivery row is
-        # written) and for a maintenance tick after the last send.
+        # written), for a maintenance tick after the last send, and for a tick of every
+        # loop (each starts after a random part of its interval: the sweeper's is 5 s).
         deadline = time.monotonic() + 15
         while True:
             m = scrape(f"{worker}/metrics")
             updated = m.get_value("reminders_backlog_updated_timestamp_seconds") or 0
             settled = m.get_value("delivery_lag_seconds_count") == SENDS
-            if settled and updated > sent_at + 0.5:
+            ticked = all(
+                (m.get_value("reminders_tick_duration_seconds_count", workload=w) or 0) >= 1
+                for w in WORKLOADS
+            )
+            if settled and ticked and updated > sent_at + 0.5:
                 break
             assert time.monotonic() < deadline, "metrics did not settle"
             time.sleep(0.3)
