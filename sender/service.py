@@ -9,13 +9,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Engine, Row
+from sqlalchemy.exc import DBAPIError
 from structlog.contextvars import bind_contextvars, reset_contextvars
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
@@ -132,6 +133,8 @@ class _Work:
     recipient: str | None = None
     sent_at: datetime | None = None
     error: Exception | None = None
+    # the reminder stopped wanting this occurrence during the batch (see Sender._withdrawn)
+    withdrawn: bool = False
 
     _key: str | None = None
 
@@ -143,6 +146,23 @@ class _Work:
             assert self.chosen is not None
             self._key = idempotency_key(self.occ.reminder_id, self.chosen)
         return self._key
+
+
+@dataclass(slots=True)
+class _Recheck:
+    """A batch's reminders as last read, while its sends go on (see `Sender._withdrawn`).
+
+    Attributes:
+        works: the batch's occurrences being sent.
+        read_at: when the reminders were last read (time.monotonic()).
+        withdrawn: (reminder_id, run_time_utc) of the occurrences their reminder no longer
+            wants (cancelled, paused or rescheduled since the batch began).
+    """
+
+    works: list[_Work]
+    read_at: float
+    withdrawn: set[tuple[uuid.UUID, datetime]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Sender:
@@ -162,6 +182,13 @@ class Sender:
     2. **Send**, outside any transaction: render at send time and call the provider, with
        in-process retries of transient errors (tenacity: full-jitter backoff, Retry-After
        honoured, bounded by the delivery budget). Up to `concurrency` sends run at once.
+       A send that starts more than `recheck_interval_s` after the batch's reminders were
+       read reads them again first (one query for the batch, at most once per interval):
+       an occurrence whose reminder was cancelled, paused or rescheduled meanwhile is not
+       sent; its delivery row is withdrawn (deleted when no provider call ever touched it,
+       else its lease released) and its message handed back at once, so that the next
+       receive decides it as step 1 does. A slow provider and a large batch therefore do
+       not widen the window in which a cancel is missed.
     3. **Complete** (one transaction): complete every delivery row, each fenced by its
        own lease token, move each reminder to its next occurrence (computed in the zone in
        force now), give back the leases of transient failures; then delete the finished
@@ -182,6 +209,8 @@ class Sender:
         batch_size: messages per receive.
         concurrency: provider calls in flight at once (threads); 1 sends one by one.
         clock: current time for instants taken after a send (sent_at); aware UTC.
+        recheck_interval_s: seconds after which a send re-reads the batch's reminders
+            before calling the provider (see step 2 above).
         owns_provider: `close()` closes the provider too (its connections and threads);
             False when the caller shares the provider and closes it itself.
 
@@ -211,6 +240,7 @@ class Sender:
         batch_size: int = 10,
         concurrency: int = 1,
         clock: Callable[[], datetime] = utcnow,
+        recheck_interval_s: float = 0.5,
         owns_provider: bool = False,
     ) -> None:
         self._engine = engine
@@ -228,6 +258,7 @@ class Sender:
         self.retry = retry or RetryPolicy()
         self._stop = stop or threading.Event()
         self._clock = clock
+        self.recheck_interval_s = recheck_interval_s
         # receipt handle -> the delivery row held: (id, run_time_utc, lease token)
         self._inflight: dict[str, tuple[uuid.UUID, datetime, uuid.UUID] | None] = {}
         self._inflight_lock = threading.Lock()
@@ -583,18 +614,63 @@ class Sender:
     # --- step 2: send ------------------------------------------------------------------
 
     def _send_all(self, works: list[_Work]) -> None:
+        recheck = _Recheck(works, read_at=time.monotonic())  # just read by _begin
         if self.concurrency == 1 or len(works) <= 1:
             for w in works:
-                self._send(w)
+                self._send(w, recheck)
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
                 max_workers=self.concurrency, thread_name_prefix=f"{self.name}-send"
             )
-        for future in [self._pool.submit(self._send, w) for w in works]:
+        for future in [self._pool.submit(self._send, w, recheck) for w in works]:
             future.result()
 
-    def _send(self, w: _Work) -> None:
+    def _withdrawn(self, w: _Work, recheck: _Recheck) -> bool:
+        """True when `w`'s reminder no longer wants its occurrence, as last read; the
+        batch's reminders are read again first when that read is older than
+        `recheck_interval_s` (by one of the send threads, the others wait for it)."""
+        assert w.occ is not None
+        if time.monotonic() - recheck.read_at >= self.recheck_interval_s:
+            with recheck.lock:
+                if time.monotonic() - recheck.read_at >= self.recheck_interval_s:
+                    self._reread(recheck)
+        return (w.occ.reminder_id, w.occ.run_time_utc) in recheck.withdrawn
+
+    def _reread(self, recheck: _Recheck) -> None:
+        """Read the batch's reminders again and record the occurrences they no longer
+        want (the rules of `_begin`: a replay is withdrawn when its reminder is cancelled
+        or paused, any other occurrence when it is no longer the reminder's due one). A
+        database error leaves the batch on its earlier read (the send goes ahead: the
+        begin transaction checked it, and the outcome is recorded or retried as usual)."""
+        ids = id_array({w.occ.reminder_id for w in recheck.works if w.occ is not None})
+        try:
+            with self._engine.connect() as conn:
+                reminders = {
+                    r.id: r for r in conn.execute(query("reminders_send_state"), {"ids": ids})
+                }
+        except DBAPIError as exc:
+            log.warning(
+                "could not read the batch's reminders again; sending on the earlier read: %s",
+                exc.orig if exc.orig is not None else exc,
+            )
+        else:
+            for w in recheck.works:
+                occ = w.occ
+                assert occ is not None
+                reminder = reminders.get(occ.reminder_id)
+                if (
+                    reminder is None
+                    or (
+                        occ.replay
+                        and reminder.status in (ReminderStatus.CANCELLED, ReminderStatus.PAUSED)
+                    )
+                    or (not occ.replay and not _still_due(reminder, occ))
+                ):
+                    recheck.withdrawn.add((occ.reminder_id, occ.run_time_utc))
+        recheck.read_at = time.monotonic()
+
+    def _send(self, w: _Work, recheck: _Recheck) -> None:
         """`_send_bound` with the occurrence bound to every record logged meanwhile (by
         the providers and the failover too): reminder_id, run_time_utc, attempt."""
         assert w.occ is not None
@@ -604,11 +680,11 @@ class Sender:
             attempt=w.message.receive_count,
         )
         try:
-            self._send_bound(w)
+            self._send_bound(w, recheck)
         finally:
             reset_contextvars(**tokens)
 
-    def _send_bound(self, w: _Work) -> None:
+    def _send_bound(self, w: _Work, recheck: _Recheck) -> None:
         """Render and send one occurrence, retrying transient errors in process. Records
         the result on `w`; never raises."""
         assert w.occ is not None
@@ -616,6 +692,14 @@ class Sender:
         assert w.chosen is not None
         if self._stop.is_set():
             w.outcome, w.hide_for_s = Outcome.RELEASED, 0.0
+            return
+        if self._withdrawn(w, recheck):
+            w.outcome, w.hide_for_s, w.withdrawn = Outcome.RELEASED, 0.0, True
+            log.info(
+                "delivery withdrawn: the reminder changed during its batch; handed back to"
+                " be decided again",
+                extra=_fields(w, None),
+            )
             return
         reminder = w.reminder
         try:
@@ -800,6 +884,23 @@ class Sender:
                             query("reminder_replayed_sent"), {"id": w.occ.reminder_id, "now": now}
                         )
                 advance_reminders(conn, advances, now=now, config=self.schedule_config)
+            if withdrawn := [w for w in back if w.withdrawn]:
+                # Never sent: the row goes, so the next receive decides the occurrence as
+                # if this batch had not begun it (a row an earlier attempt touched stays,
+                # released below).
+                conn.execute(
+                    query("delivery_withdraw_batch"),
+                    {
+                        "rows": json_rows(
+                            {
+                                "id": w.delivery_id,
+                                "run_time_utc": w.chosen,
+                                "lease_token": w.lease_token,
+                            }
+                            for w in withdrawn
+                        )
+                    },
+                )
             if back:
                 conn.execute(
                     query("delivery_release_batch"),
@@ -809,7 +910,7 @@ class Sender:
                                 "id": w.delivery_id,
                                 "run_time_utc": w.chosen,
                                 "lease_token": w.lease_token,
-                                "error": str(w.error or "shutting down"),
+                                "error": _release_error(w),
                                 "attempts": w.attempts,
                                 "provider": self._pinned_now(w),
                             }
@@ -978,6 +1079,13 @@ def _fields(w: _Work, provider: str | None, **more: object) -> dict[str, object]
         provider,
         **more,
     )
+
+
+def _release_error(w: _Work) -> str:
+    """Why a held delivery row is handed back unfinished (recorded on the row)."""
+    if w.error is not None:
+        return str(w.error)
+    return "withdrawn: the reminder changed during its batch" if w.withdrawn else "shutting down"
 
 
 def _completion(w: _Work) -> dict[str, object]:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from coordinator.service import Coordinator
 from reminder_core.domain.retry import RetryPolicy
@@ -405,3 +405,144 @@ def test_a_replay_beside_a_plain_copy_in_one_batch_is_the_one_kept(
     assert sender.run_once(NOW).counts == {"duplicate": 1, "sent": 1}
     assert len(provider.calls) == 1
     assert one(db, "SELECT status FROM delivery_log").status == "sent"
+
+
+class ChangingProvider(CountingProvider):
+    """On its first call, runs `change` (SQL against the other reminders of the batch, as
+    a user would through the API while the batch is being sent), then takes longer than
+    the sender's recheck interval: the sends after it start on a stale read."""
+
+    def __init__(self, directory: Path, db: Engine, change: str, slow_s: float) -> None:
+        super().__init__(directory)
+        self.db, self.change, self.slow_s = db, change, slow_s
+
+    def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
+        first = not self.calls
+        receipt = super().send(email, idempotency_key=idempotency_key)
+        if first:
+            reminder_id = idempotency_key[:36]  # "<reminder_id>-<YYYYMMDDTHHMMSSZ>"
+            with self.db.begin() as conn:
+                conn.execute(text(self.change), {"sent": reminder_id})
+            time.sleep(self.slow_s)
+        return receipt
+
+
+def statements_named(db: Engine, marker: str) -> list[str]:
+    """A list that collects every statement run on `db` whose text contains `marker`."""
+    seen: list[str] = []
+
+    def record(*args: object) -> None:  # conn, cursor, statement, parameters, ...
+        statement = str(args[2])
+        if marker in statement:
+            seen.append(statement)
+
+    event.listen(db, "before_cursor_execute", record)
+    return seen
+
+
+def test_a_reminder_cancelled_during_its_batch_is_not_sent(db, queue, settings) -> None:
+    # A slow provider and a batch: the begin transaction re-read the reminders, but a
+    # cancel that commits while earlier messages of the batch are being sent must still
+    # stop the later ones (issue 4, "Cancel race").
+    insert_due_reminders(db, 3, next_run_utc=NOW)
+    claim(db, queue)
+    provider = ChangingProvider(
+        settings.effective_mail_dir, db,
+        "UPDATE reminders SET status = 'cancelled', next_run_utc = NULL, claimed_by = NULL,"
+        " claimed_at = NULL, version = version + 1 WHERE id <> CAST(:sent AS uuid)",
+        slow_s=0.3,
+    )  # fmt: skip
+    sender = make_sender(db, queue, settings, provider)
+    sender.recheck_interval_s = 0.2
+    rereads = statements_named(db, "What a sender re-reads")
+
+    assert sender.run_once(NOW).counts == {"sent": 1, "released": 2}
+    assert len(provider.calls) == 1
+    assert len(rereads) == 1  # one read for the batch, not one per message
+    with db.connect() as conn:  # the withdrawn occurrences' rows are gone, not left sending
+        assert conn.execute(
+            text("SELECT status, count(*) FROM delivery_log GROUP BY status")
+        ).all() == [("sent", 1)]
+    # Handed back at once; the next receive records them as a cancel after claim.
+    assert sender.run_once(NOW).counts == {"cancelled": 2}
+    assert len(provider.calls) == 1
+    with db.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT d.status, r.status AS r_status, count(*) FROM delivery_log d"
+                " JOIN reminders r ON r.id = d.reminder_id GROUP BY 1, 2 ORDER BY 1"
+            )
+        ).all()
+    assert rows == [("cancelled", "cancelled", 2), ("sent", "completed", 1)]
+
+
+def test_a_reminder_paused_during_its_batch_is_sent_once_after_resume(db, queue, settings) -> None:
+    insert_due_reminders(db, 2, next_run_utc=NOW)
+    claim(db, queue)
+    provider = ChangingProvider(
+        settings.effective_mail_dir, db,
+        "UPDATE reminders SET status = 'paused', claimed_by = NULL, claimed_at = NULL"
+        " WHERE id <> CAST(:sent AS uuid)",
+        slow_s=0.3,
+    )  # fmt: skip
+    sender = make_sender(db, queue, settings, provider)
+    sender.recheck_interval_s = 0.2
+
+    assert sender.run_once(NOW).counts == {"sent": 1, "released": 1}
+    assert sender.run_once(NOW).counts == {"cancelled": 1}  # paused: nothing recorded
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM delivery_log")).scalar_one() == 1
+    with db.begin() as conn:  # resumed: pending again at the same (past) time
+        conn.execute(text("UPDATE reminders SET status = 'pending' WHERE status = 'paused'"))
+    claim(db, queue)
+    assert sender.run_once(NOW).counts == {"sent": 1}
+    assert len(provider.calls) == 2
+    assert len(set(provider.calls)) == 2
+    with db.connect() as conn:
+        assert conn.execute(
+            text("SELECT d.status, r.status, count(*) FROM delivery_log d JOIN reminders r"
+                 " ON r.id = d.reminder_id GROUP BY 1, 2")
+        ).all() == [("sent", "completed", 2)]  # fmt: skip
+
+
+def test_a_batch_sent_within_the_recheck_interval_reads_its_reminders_once(
+    db, queue, settings, provider
+) -> None:
+    insert_due_reminders(db, 5, next_run_utc=NOW)
+    claim(db, queue)
+    sender = make_sender(db, queue, settings, provider)
+    sender.recheck_interval_s = 60
+    rereads = statements_named(db, "What a sender re-reads")
+    assert sender.run_once(NOW).counts == {"sent": 5}
+    assert rereads == []  # the begin transaction's read was fresh enough
+
+
+def test_a_withdrawn_occurrence_that_an_earlier_attempt_touched_keeps_its_row(
+    db, queue, settings
+) -> None:
+    # A row with an earlier provider call (attempt_count > 0) may stand for a message the
+    # provider has: it is released, not deleted.
+    insert_due_reminders(db, 2, next_run_utc=NOW)
+    claim(db, queue)
+    provider = ChangingProvider(
+        settings.effective_mail_dir, db,
+        "UPDATE reminders SET status = 'cancelled', next_run_utc = NULL, claimed_by = NULL,"
+        " claimed_at = NULL, version = version + 1 WHERE id <> CAST(:sent AS uuid)",
+        slow_s=0.3,
+    )  # fmt: skip
+    sender = make_sender(db, queue, settings, provider)
+    sender.recheck_interval_s = 0.2
+    original = sender._take
+
+    def take_with_an_earlier_attempt(conn, begin, now) -> None:  # type: ignore[no-untyped-def]
+        original(conn, begin, now)
+        conn.execute(text("UPDATE delivery_log SET attempt_count = 1, provider = 'file'"))
+
+    sender._take = take_with_an_earlier_attempt  # type: ignore[method-assign]
+    assert sender.run_once(NOW).counts == {"sent": 1, "released": 1}
+    with db.connect() as conn:
+        rows = conn.execute(
+            text("SELECT status, lease_token IS NULL, error FROM delivery_log"
+                 " WHERE status = 'sending'")
+        ).all()  # fmt: skip
+    assert rows == [("sending", True, "withdrawn: the reminder changed during its batch")]

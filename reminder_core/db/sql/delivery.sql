@@ -237,3 +237,22 @@ FROM jsonb_to_recordset(CAST(:rows AS jsonb))
      AS u(id uuid, run_time_utc timestamptz, status text, next_run_utc timestamptz,
           last_error text)
 WHERE r.id = u.id AND r.next_run_utc = u.run_time_utc AND r.status IN ('claimed', 'pending');
+
+-- name: reminders_send_state
+-- What a sender re-reads of its batch's reminders while the batch's sends go on: whether
+-- each still wants the occurrence it was claimed for (no lock: the begin transaction
+-- took the rows; this only stops sends that have not started).
+SELECT id, status, next_run_utc
+FROM reminders
+WHERE id = ANY(CAST(:ids AS uuid[]));
+
+-- name: delivery_withdraw_batch
+-- Un-begin the `sending` rows of occurrences withdrawn during their batch (the reminder
+-- was cancelled, paused or rescheduled after the batch read it) that no provider call
+-- ever touched (no attempt counted, no provider recorded); fenced by the lease token. A
+-- row an earlier attempt touched stays: the caller releases its lease instead.
+DELETE FROM delivery_log AS d
+USING jsonb_to_recordset(CAST(:rows AS jsonb))
+      AS u(id uuid, run_time_utc timestamptz, lease_token uuid)
+WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
+  AND d.status = 'sending' AND d.attempt_count = 0 AND d.provider IS NULL;
