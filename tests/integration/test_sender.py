@@ -427,6 +427,29 @@ class ChangingProvider(CountingProvider):
         return receipt
 
 
+#: What the API's cancel and pause do to a claimed reminder, here to every reminder but
+#: the one being sent (`:sent`).
+CANCEL_THE_OTHERS = (
+    "UPDATE reminders SET status = 'cancelled', next_run_utc = NULL, claimed_by = NULL,"
+    " claimed_at = NULL, version = version + 1 WHERE id <> CAST(:sent AS uuid)"
+)
+PAUSE_THE_OTHERS = (
+    "UPDATE reminders SET status = 'paused', claimed_by = NULL, claimed_at = NULL"
+    " WHERE id <> CAST(:sent AS uuid)"
+)
+
+
+def changing_sender(
+    db: Engine, queue: PostgresQueue, settings: Settings, change: str
+) -> tuple[ChangingProvider, Sender]:
+    """A sender (recheck interval 0.2 s) whose provider runs `change` on its first call
+    and then takes 0.3 s."""
+    provider = ChangingProvider(settings.effective_mail_dir, db, change, slow_s=0.3)
+    sender = make_sender(db, queue, settings, provider)
+    sender.recheck_interval_s = 0.2
+    return provider, sender
+
+
 def statements_named(db: Engine, marker: str) -> list[str]:
     """A list that collects every statement run on `db` whose text contains `marker`."""
     seen: list[str] = []
@@ -446,14 +469,7 @@ def test_a_reminder_cancelled_during_its_batch_is_not_sent(db, queue, settings) 
     # stop the later ones (issue 4, "Cancel race").
     insert_due_reminders(db, 3, next_run_utc=NOW)
     claim(db, queue)
-    provider = ChangingProvider(
-        settings.effective_mail_dir, db,
-        "UPDATE reminders SET status = 'cancelled', next_run_utc = NULL, claimed_by = NULL,"
-        " claimed_at = NULL, version = version + 1 WHERE id <> CAST(:sent AS uuid)",
-        slow_s=0.3,
-    )  # fmt: skip
-    sender = make_sender(db, queue, settings, provider)
-    sender.recheck_interval_s = 0.2
+    provider, sender = changing_sender(db, queue, settings, CANCEL_THE_OTHERS)
     rereads = statements_named(db, "What a sender re-reads")
 
     assert sender.run_once(NOW).counts == {"sent": 1, "released": 2}
@@ -479,14 +495,7 @@ def test_a_reminder_cancelled_during_its_batch_is_not_sent(db, queue, settings) 
 def test_a_reminder_paused_during_its_batch_is_sent_once_after_resume(db, queue, settings) -> None:
     insert_due_reminders(db, 2, next_run_utc=NOW)
     claim(db, queue)
-    provider = ChangingProvider(
-        settings.effective_mail_dir, db,
-        "UPDATE reminders SET status = 'paused', claimed_by = NULL, claimed_at = NULL"
-        " WHERE id <> CAST(:sent AS uuid)",
-        slow_s=0.3,
-    )  # fmt: skip
-    sender = make_sender(db, queue, settings, provider)
-    sender.recheck_interval_s = 0.2
+    provider, sender = changing_sender(db, queue, settings, PAUSE_THE_OTHERS)
 
     assert sender.run_once(NOW).counts == {"sent": 1, "released": 1}
     assert sender.run_once(NOW).counts == {"cancelled": 1}  # paused: nothing recorded
@@ -524,14 +533,7 @@ def test_a_withdrawn_occurrence_that_an_earlier_attempt_touched_keeps_its_row(
     # provider has: it is released, not deleted.
     insert_due_reminders(db, 2, next_run_utc=NOW)
     claim(db, queue)
-    provider = ChangingProvider(
-        settings.effective_mail_dir, db,
-        "UPDATE reminders SET status = 'cancelled', next_run_utc = NULL, claimed_by = NULL,"
-        " claimed_at = NULL, version = version + 1 WHERE id <> CAST(:sent AS uuid)",
-        slow_s=0.3,
-    )  # fmt: skip
-    sender = make_sender(db, queue, settings, provider)
-    sender.recheck_interval_s = 0.2
+    _, sender = changing_sender(db, queue, settings, CANCEL_THE_OTHERS)
     original = sender._take
 
     def take_with_an_earlier_attempt(conn, begin, now) -> None:  # type: ignore[no-untyped-def]
