@@ -119,7 +119,7 @@ class Settings(BaseSettings):
     sweeper_poll_interval_s: float = Field(default=5.0, gt=0, le=300)
     sender_poll_interval_s: float = Field(default=0.5, gt=0, le=60)
     sender_batch_size: int = Field(
-        default=10,
+        default=100,
         ge=1,
         le=1000,
         description="Messages per receive, handled as one set (SQS returns at most 10 per"
