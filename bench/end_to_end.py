@@ -1,8 +1,10 @@
 """End-to-end delivery rate: coordinator → queue → sender → provider, on one database.
 
 Runs the workloads as they are deployed, as separate processes: one coordinator (claim +
-outbox + publish) and `--senders` senders, each with batches of `--batch` messages, and
-measures occurrences per second from the start until every occurrence is `sent`:
+outbox + publish) and `--senders` senders with the shipped settings, and measures
+occurrences per second from the start until every occurrence is `sent`, once per sender
+batch size in `--batch` (the default SENDER_BATCH_SIZE, then 500: the fixed cost of a
+batch weighs on small ones):
 
 (a) with an in-process provider that accepts everything, and
 (b) over HTTP to the fake Resend-compatible provider (tests/support/fake_provider.py,
@@ -15,7 +17,8 @@ completion, reminder completion) with set-based statements on one connection. Th
 rate alone is bench/claim_throughput.py. Issue 4's targets on 2 cores: >= 5,000/s
 in-process and >= 1,500/s over HTTP.
 
-    PYTHONPATH=. python bench/end_to_end.py [--reminders 30000] [--senders 3] [--concurrency 8]
+    PYTHONPATH=. python bench/end_to_end.py [--reminders 30000] [--senders 3] [--batch 100,500]
+        [--concurrency 8]
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ from sender.render import Renderer
 from sender.service import Sender
 
 RAW_BATCH = 500
+#: The shipped settings (SENDER_*, VISIBILITY_TIMEOUT_S, DELIVERY_LEASE_S, ...).
+DEFAULTS = Settings(jwt_secret="x" * 40)
 CLAIM_BATCH = 500
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -153,8 +158,9 @@ def sender_process(
     )
     sender = Sender(
         engine, queue, LocalProfileSource(Path(profiles)), Renderer(), provider,
-        mail_from="bench@example.com", visibility_timeout_s=60, lease_s=60,
-        schedule_config=ScheduleConfig.from_settings(Settings(jwt_secret="x" * 40)),
+        mail_from="bench@example.com", visibility_timeout_s=DEFAULTS.visibility_timeout_s,
+        lease_s=DEFAULTS.delivery_lease_s,
+        schedule_config=ScheduleConfig.from_settings(DEFAULTS),
         batch_size=batch, concurrency=concurrency, owns_provider=True,
     )  # fmt: skip
     ready.wait()
@@ -301,9 +307,18 @@ def main() -> None:
         " connections, template compilation, statements not yet prepared)",
     )
     parser.add_argument("--senders", type=int, default=3, help="sender processes")
-    parser.add_argument("--batch", type=int, default=500, help="messages per receive")
     parser.add_argument(
-        "--concurrency", type=int, default=8, help="provider calls in flight per sender (HTTP)"
+        "--batch",
+        type=lambda v: [int(b) for b in v.split(",")],
+        default=[DEFAULTS.sender_batch_size, 500],
+        help="messages per receive (SENDER_BATCH_SIZE), one run per value, comma-separated"
+        f" (default: the default {DEFAULTS.sender_batch_size}, then 500)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULTS.sender_concurrency,
+        help="provider calls in flight per sender over HTTP (default: SENDER_CONCURRENCY's)",
     )
     parser.add_argument(
         "--log-level",
@@ -330,27 +345,31 @@ def main() -> None:
         profiles.write_text(json.dumps({"bench": {"email": "b@example.com", "timezone": "UTC"}}))
         n = args.reminders
         raw = run_raw(engine, url, n)
-        shape = dict(senders=args.senders, batch=args.batch, log_level=args.log_level)
-        memory, memory_cpu = run_pipeline(engine, url, profiles, n, concurrency=1, **shape)
-        over_http, http_cpu = run_pipeline(
-            engine, url, profiles, n, concurrency=args.concurrency, provider_url=fake_url,
-            extra_pids=(fake.pid,), **shape,
-        )  # fmt: skip
         print(
-            f"{n} one-time occurrences; processes: 1 coordinator + {args.senders} senders "
-            f"(batches of {args.batch}); {os.cpu_count()} CPUs shared with PostgreSQL"
+            f"{n} one-time occurrences per run; processes: 1 coordinator + {args.senders}"
+            f" senders; {os.cpu_count()} CPUs shared with PostgreSQL"
         )
         print(f"raw-SQL reference (same row mutations, set-based): {raw:8,.0f}/s")
-        print(f"end to end, in-process provider:                   {memory:8,.0f}/s"
-              f"   ratio {memory / raw:.3f}   (target >= 5,000/s)")  # fmt: skip
-        print(f"end to end, fake provider over HTTP:               {over_http:8,.0f}/s"
-              f"   ratio {over_http / raw:.3f}   (target >= 1,500/s;"
-              f" {args.concurrency} calls in flight per sender)")  # fmt: skip
-        for label, cpu in (("in-process", memory_cpu), ("over HTTP", http_cpu)):
-            parts = ", ".join(f"{k} {v:,.0f}" for k, v in cpu.items() if v)
-            print(f"CPU per occurrence, {label} (µs): {parts}; total {sum(cpu.values()):,.0f}"
-                  f" -> at most {(os.cpu_count() or 1) * 1e6 / sum(cpu.values()):,.0f}/s on"
-                  f" {os.cpu_count()} cores")  # fmt: skip
+        for batch in args.batch:
+            shape = dict(senders=args.senders, batch=batch, log_level=args.log_level)
+            memory, memory_cpu = run_pipeline(engine, url, profiles, n, concurrency=1, **shape)
+            over_http, http_cpu = run_pipeline(
+                engine, url, profiles, n, concurrency=args.concurrency, provider_url=fake_url,
+                extra_pids=(fake.pid,), **shape,
+            )  # fmt: skip
+            default = " (the default)" if batch == DEFAULTS.sender_batch_size else ""
+            print(f"-- SENDER_BATCH_SIZE={batch}{default}")
+            print(f"end to end, in-process provider:                   {memory:8,.0f}/s"
+                  f"   ratio {memory / raw:.3f}   (target >= 5,000/s)")  # fmt: skip
+            print(f"end to end, fake provider over HTTP:               {over_http:8,.0f}/s"
+                  f"   ratio {over_http / raw:.3f}   (target >= 1,500/s;"
+                  f" {args.concurrency} calls in flight per sender)")  # fmt: skip
+            for label, cpu in (("in-process", memory_cpu), ("over HTTP", http_cpu)):
+                parts = ", ".join(f"{k} {v:,.0f}" for k, v in cpu.items() if v)
+                total = sum(cpu.values())
+                print(f"CPU per occurrence, {label} (µs): {parts}; total {total:,.0f}"
+                      f" -> at most {(os.cpu_count() or 1) * 1e6 / total:,.0f}/s on"
+                      f" {os.cpu_count()} cores")  # fmt: skip
         engine.dispose()
     finally:
         fake.terminate()
