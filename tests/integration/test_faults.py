@@ -302,6 +302,43 @@ def test_reapers_redrive_stuck_claims_and_fail_orphaned_sending_rows(db, queue, 
     assert "abandoned" in row.error
 
 
+def test_the_reaper_leaves_the_row_of_a_paused_reminder_that_still_points_at_it(
+    db, queue, settings, fake
+) -> None:
+    # Break-it trial: a sender died holding an occurrence, its user paused the reminder,
+    # and the reaper recorded the row `failed` ("abandoned") although the reminder still
+    # pointed at that occurrence; on resume the send was a "duplicate" and the reminder
+    # ended `failed` without an email. The row must wait for the resume.
+    now = datetime(2030, 1, 1, 12, tzinfo=UTC)
+    due = now - timedelta(hours=1)
+    insert_due_reminders(db, 1, next_run_utc=due)
+    with db.begin() as conn:
+        conn.execute(text("UPDATE reminders SET status = 'paused'"))
+        conn.execute(
+            text("INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
+                 " locked_at, updated_at) SELECT id, 'alice', :t, 'sending', :t, :t"
+                 " FROM reminders"),
+            {"t": due},
+        )  # fmt: skip
+    maintenance = Maintenance(
+        db, queue, LocalProfileSource(settings.effective_profiles_file),
+        schedule_config=ScheduleConfig.from_settings(settings),
+        claim_timeout_s=900, abandon_after_s=900,
+    )  # fmt: skip
+    assert "abandoned" not in maintenance.run_once(now).counts
+    with db.begin() as conn:  # resumed: pending again at the same occurrence
+        conn.execute(text("UPDATE reminders SET status = 'pending'"))
+    claim(db, queue, now)
+    assert make_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
+    with db.connect() as conn:
+        row = conn.execute(
+            text("SELECT d.status, r.status AS r_status FROM delivery_log d"
+                 " JOIN reminders r ON r.id = d.reminder_id")
+        ).one()  # fmt: skip
+    assert (row.status, row.r_status) == ("sent", "completed")
+    assert len(fake.state.accepted) == 1
+
+
 def test_a_dead_letter_is_not_recorded_while_its_occurrence_is_sent_under_a_live_lease(
     db, queue, settings
 ) -> None:

@@ -21,7 +21,8 @@ RETURNING r.id, r.next_run_utc;
 -- name: abandon_sending
 -- `sending` rows nobody holds (lease expired or released long ago) whose reminder will
 -- not come back to them (cancelled, finished, or moved past them): recorded `failed`.
--- Rows that their reminder still points at are left: the next claim takes them over.
+-- Rows that their reminder still points at are left: the next claim takes them over,
+-- a paused reminder's included (it is claimed again at that occurrence on resume).
 WITH stale AS (
     SELECT d.id, d.run_time_utc
     FROM delivery_log AS d
@@ -29,7 +30,7 @@ WITH stale AS (
     WHERE d.status = 'sending'
       AND (d.locked_at IS NULL OR d.locked_at < :cutoff)
       AND d.updated_at < :cutoff
-      AND (r.status NOT IN ('pending', 'claimed')
+      AND (r.status NOT IN ('pending', 'claimed', 'paused')
            OR r.next_run_utc IS NULL
            OR r.next_run_utc > d.run_time_utc)
     ORDER BY d.updated_at
