@@ -240,7 +240,7 @@ class Sender:
         batch_size: int = 10,
         concurrency: int = 1,
         clock: Callable[[], datetime] = utcnow,
-        recheck_interval_s: float = 0.5,
+        recheck_interval_s: float = 0.1,
         owns_provider: bool = False,
     ) -> None:
         self._engine = engine
