@@ -469,6 +469,9 @@ class Sender:
                         begin.append(w)
             if terminal:
                 terminal.sort(key=lambda t: (t[1], t[3]))
+                # One row per key (the first, as with a plain insert): an upsert may not
+                # touch a row twice.
+                distinct = {(t[1], t[3]): t for t in reversed(terminal)}
                 recorded = {
                     (r.reminder_id, r.run_time_utc)
                     for r in conn.execute(
@@ -482,9 +485,10 @@ class Sender:
                                     "status": t[4].value,
                                     "error": t[5],
                                 }
-                                for t in terminal
+                                for t in sorted(distinct.values(), key=lambda t: (t[1], t[3]))
                             ),
                             "now": now,
+                            "lease_expired_before": now - timedelta(seconds=self.lease_s),
                         },
                     )
                 }

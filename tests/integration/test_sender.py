@@ -237,6 +237,47 @@ def test_expired_lease_is_taken_over_with_the_same_key(db, queue, settings, prov
     assert (row.status, row.attempt_count) == ("sent", 2)
 
 
+def test_a_cancel_ends_the_sending_row_a_dead_sender_left_but_not_a_live_one(
+    db, queue, settings, provider
+) -> None:
+    # Break-it trial: a sender died holding a batch; its reminders were cancelled; when the
+    # messages came back the cancel was dropped as a "duplicate" of the row the dead sender
+    # had begun, and that row stayed `sending` until the reaper recorded it `failed`.
+    insert_due_reminders(db, 2, next_run_utc=NOW)
+    claim(db, queue)
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
+                " locked_at, lease_token) SELECT id, 'alice', :t, 'sending',"
+                " CASE WHEN title = 'Due 1' THEN CAST(:dead AS timestamptz)"
+                " ELSE CAST(:live AS timestamptz) END, gen_random_uuid() FROM reminders"
+            ),
+            {"t": NOW, "dead": NOW - timedelta(seconds=120), "live": NOW},
+        )
+        conn.execute(
+            text(
+                "UPDATE reminders SET status = 'cancelled', next_run_utc = NULL,"
+                " claimed_by = NULL, claimed_at = NULL, version = version + 1"
+            )
+        )
+    sender = make_sender(db, queue, settings, provider)  # lease_s = 60
+    assert sender.run_once(NOW).counts == {"cancelled": 1, "duplicate": 1}
+    assert provider.calls == []
+    with db.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT r.title, d.status, d.lease_token IS NULL AS released, d.error"
+                " FROM delivery_log d JOIN reminders r ON r.id = d.reminder_id ORDER BY 1"
+            )
+        ).all()
+    (dead, live) = rows
+    assert (dead.title, dead.status, dead.released) == ("Due 1", "cancelled", True)
+    assert dead.error.startswith("superseded: reminder is cancelled; ended a sending row")
+    # Under a live lease its holder finishes the row: the cancel leaves it alone.
+    assert (live.title, live.status, live.released, live.error) == ("Due 2", "sending", False, None)
+
+
 def test_completion_is_fenced_by_the_lease_token(db, queue, settings) -> None:
     insert_due_reminders(db, 1, next_run_utc=NOW)
     claim(db, queue)

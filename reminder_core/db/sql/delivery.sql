@@ -155,7 +155,11 @@ WHERE d.status = 'sending' AND (d.locked_at IS NULL OR d.locked_at <= :lease_exp
 RETURNING d.id, d.lease_token, d.provider;
 
 -- name: delivery_record_terminal_batch
--- delivery_record_terminal for many occurrences; returns the rows actually inserted.
+-- delivery_record_terminal for many occurrences (keys distinct); returns the rows
+-- recorded. An occurrence that already has a row keeps it, except that a `cancelled` or
+-- `suppressed` outcome ends a `sending` row nobody holds any more (its sender stopped and
+-- its lease ended before :lease_expired_before): the reminder no longer wants that
+-- occurrence, and no one else would finish the row (the reaper would call it `failed`).
 INSERT INTO delivery_log
     (reminder_id, user_id, run_time_utc, status, error, created_at, updated_at)
 SELECT u.reminder_id, u.user_id, u.run_time_utc, u.status, u.error, :now, :now
@@ -164,7 +168,16 @@ FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
                     error text))
      WITH ORDINALITY AS u(reminder_id, user_id, run_time_utc, status, error, n)
 ORDER BY u.n
-ON CONFLICT (reminder_id, run_time_utc) DO NOTHING
+ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
+SET status = excluded.status,
+    error = excluded.error || '; ended a sending row its sender left (a provider call it'
+            || ' made may have delivered it)',
+    locked_at = NULL,
+    lease_token = NULL,
+    updated_at = excluded.updated_at
+WHERE delivery_log.status = 'sending'
+  AND excluded.status IN ('cancelled', 'suppressed')
+  AND (delivery_log.locked_at IS NULL OR delivery_log.locked_at < :lease_expired_before)
 RETURNING reminder_id, run_time_utc;
 
 -- name: delivery_complete_batch
