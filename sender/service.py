@@ -135,6 +135,7 @@ class _Work:
     error: Exception | None = None
     # the reminder stopped wanting this occurrence during the batch (see Sender._withdrawn)
     withdrawn: bool = False
+    started: bool = False  # past that check: its provider call is under way or done
 
     _key: str | None = None
 
@@ -639,15 +640,19 @@ class Sender:
             with recheck.lock:
                 if time.monotonic() - recheck.read_at >= self.recheck_interval_s:
                     self._reread(recheck)
-        return (w.occ.reminder_id, w.occ.run_time_utc) in recheck.withdrawn
+        withdrawn = (w.occ.reminder_id, w.occ.run_time_utc) in recheck.withdrawn
+        w.started = not withdrawn
+        return withdrawn
 
     def _reread(self, recheck: _Recheck) -> None:
-        """Read the batch's reminders again and record the occurrences they no longer
-        want (the rules of `_begin`: a replay is withdrawn when its reminder is cancelled
-        or paused, any other occurrence when it is no longer the reminder's due one). A
-        database error leaves the batch on its earlier read (the send goes ahead: the
-        begin transaction checked it, and the outcome is recorded or retried as usual)."""
-        ids = id_array({w.occ.reminder_id for w in recheck.works if w.occ is not None})
+        """Read again the reminders of the batch's sends not started yet and record the
+        occurrences they no longer want (the rules of `_begin`: a replay is withdrawn
+        when its reminder is cancelled or paused, any other occurrence when it is no
+        longer the reminder's due one). A database error leaves the batch on its earlier
+        read (the send goes ahead: the begin transaction checked it, and the outcome is
+        recorded or retried as usual)."""
+        waiting = [w for w in recheck.works if not w.started and w.occ is not None]
+        ids = id_array({w.occ.reminder_id for w in waiting})  # type: ignore[union-attr]
         try:
             with self._engine.connect() as conn:
                 reminders = {
@@ -659,7 +664,7 @@ class Sender:
                 exc.orig if exc.orig is not None else exc,
             )
         else:
-            for w in recheck.works:
+            for w in waiting:
                 occ = w.occ
                 assert occ is not None
                 reminder = reminders.get(occ.reminder_id)
