@@ -184,7 +184,8 @@ class Sender:
        in-process retries of transient errors (tenacity: full-jitter backoff, Retry-After
        honoured, bounded by the delivery budget). Up to `concurrency` sends run at once.
        A send that starts more than `recheck_interval_s` after the batch's reminders were
-       read reads them again first (one query for the batch, at most once per interval):
+       read reads them again first (one query, for the sends not started yet, at most
+       once per interval):
        an occurrence whose reminder was cancelled, paused or rescheduled meanwhile is not
        sent; its delivery row is withdrawn (deleted when no provider call ever touched it,
        else its lease released) and its message handed back at once, so that the next
