@@ -473,7 +473,9 @@ class Sender:
                 terminal.sort(key=lambda t: (t[1], t[3]))
                 # One row per key (the first, as with a plain insert): an upsert may not
                 # touch a row twice.
-                distinct = {(t[1], t[3]): t for t in reversed(terminal)}
+                distinct: dict[tuple[uuid.UUID, datetime], tuple[Any, ...]] = {}
+                for t in terminal:
+                    distinct.setdefault((t[1], t[3]), t)
                 recorded = {
                     (r.reminder_id, r.run_time_utc)
                     for r in conn.execute(
@@ -487,7 +489,7 @@ class Sender:
                                     "status": t[4].value,
                                     "error": t[5],
                                 }
-                                for t in sorted(distinct.values(), key=lambda t: (t[1], t[3]))
+                                for t in distinct.values()  # in key order
                             ),
                             "now": now,
                             "lease_expired_before": now - timedelta(seconds=self.lease_s),

@@ -24,7 +24,7 @@ from reminder_core.dlq import replay
 from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import NEXT_RUN_LAG
-from reminder_core.profiles import LocalProfileSource
+from reminder_core.profiles import LocalProfileSource, ProfileSource
 from reminder_core.queue import PostgresQueue
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
@@ -81,6 +81,22 @@ def make_sender(
         retry=retry,
         **({"clock": clock} if clock else {}),
     )
+
+
+def maintenance_with(
+    db: Engine,
+    queue: PostgresQueue,
+    settings: Settings,
+    profiles: ProfileSource | None = None,
+    **more: float,
+) -> Maintenance:
+    """The maintenance workload with 15-minute claim and abandon thresholds; profiles
+    from the settings' file unless given."""
+    return Maintenance(
+        db, queue, profiles or LocalProfileSource(settings.effective_profiles_file),
+        schedule_config=ScheduleConfig.from_settings(settings),
+        claim_timeout_s=900, abandon_after_s=900, **more,
+    )  # fmt: skip
 
 
 def claim(db: Engine, queue: PostgresQueue, now: datetime) -> None:
@@ -182,11 +198,7 @@ def test_always_failing_provider_dead_letters_fails_and_advances_a_recurring_rem
         clock.now += timedelta(minutes=10)
     assert queue.depth(now=clock.now).dead_lettered == 1
     assert len(fake.state.requests) == 3  # max receive count
-    maintenance = Maintenance(
-        db, queue, LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900, abandon_after_s=900,
-    )  # fmt: skip
+    maintenance = maintenance_with(db, queue, settings)
     assert maintenance.run_once(clock.now).counts == {"dead_letters": 1}
     assert maintenance.run_once(clock.now).counts == {}  # recorded once
     with db.connect() as conn:
@@ -209,11 +221,7 @@ def test_replay_sends_a_dead_letter_once_and_never_resends_a_delivered_one(
     for _ in range(5):
         sender.run_once(clock.now)
         clock.now += timedelta(minutes=10)
-    maintenance = Maintenance(
-        db, queue, LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900, abandon_after_s=900,
-    )  # fmt: skip
+    maintenance = maintenance_with(db, queue, settings)
     maintenance.run_once(clock.now)
     with db.connect() as conn:
         assert conn.execute(text("SELECT status FROM reminders")).scalar_one() == "failed"
@@ -286,11 +294,7 @@ def test_reapers_redrive_stuck_claims_and_fail_orphaned_sending_rows(db, queue, 
                  " locked_at, updated_at) VALUES (:id, 'alice', :t, 'sending', :t, :t)"),
             {"id": ids[1], "t": now - timedelta(hours=1)},
         )  # fmt: skip
-    maintenance = Maintenance(
-        db, queue, LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900, abandon_after_s=900,
-    )  # fmt: skip
+    maintenance = maintenance_with(db, queue, settings)
     assert maintenance.run_once(now).counts == {"reclaimed": 1, "abandoned": 1}
     with db.connect() as conn:
         first = conn.execute(
@@ -320,11 +324,7 @@ def test_the_reaper_leaves_the_row_of_a_paused_reminder_that_still_points_at_it(
                  " FROM reminders"),
             {"t": due},
         )  # fmt: skip
-    maintenance = Maintenance(
-        db, queue, LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900, abandon_after_s=900,
-    )  # fmt: skip
+    maintenance = maintenance_with(db, queue, settings)
     assert "abandoned" not in maintenance.run_once(now).counts
     with db.begin() as conn:  # resumed: pending again at the same occurrence
         conn.execute(text("UPDATE reminders SET status = 'pending'"))
@@ -362,11 +362,7 @@ def test_a_dead_letter_is_not_recorded_while_its_occurrence_is_sent_under_a_live
             text("UPDATE queue_messages SET dead_lettered = true, dead_lettered_at = :t"),
             {"t": now},
         )
-    maintenance = Maintenance(
-        db, queue, LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900, abandon_after_s=900, lease_s=60,
-    )  # fmt: skip
+    maintenance = maintenance_with(db, queue, settings, lease_s=60)
     assert maintenance.record_dead_letters(now + timedelta(seconds=10)) == 0
     assert delivery(db)[0] == "sending"
     # The holder finishes; after the lease the dead letter is recorded as a no-op.
@@ -409,13 +405,6 @@ def stuck_claim(db, now: datetime) -> None:
         )
 
 
-def maintenance_with(db, queue, settings, profiles) -> Maintenance:
-    return Maintenance(
-        db, queue, profiles, schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900, abandon_after_s=900,
-    )  # fmt: skip
-
-
 def test_a_profile_outage_holds_back_only_the_dead_letters_the_other_steps_run(
     db, queue, settings
 ) -> None:
@@ -428,7 +417,7 @@ def test_a_profile_outage_holds_back_only_the_dead_letters_the_other_steps_run(
     down = maintenance_with(db, queue, settings, DownProfiles())
     assert down.run_once(later).counts == {"reclaimed": 1}  # the letter waits, the rest ran
     assert len(queue.dead_letters(limit=10, unrecorded_only=True)) == 1
-    up = maintenance_with(db, queue, settings, LocalProfileSource(settings.effective_profiles_file))
+    up = maintenance_with(db, queue, settings)
     assert up.run_once(later).counts == {"dead_letters": 1}
     with db.connect() as conn:
         status = conn.execute(
@@ -450,9 +439,7 @@ def test_a_failing_step_fails_the_tick_after_every_other_step_ran(db, settings) 
     queue = BrokenDeadLetters(db, name="reminders", max_receive_count=3)
     stuck_claim(db, now)
     insert_due_reminders(db, 1, next_run_utc=now - timedelta(seconds=90))  # 90 s late
-    maintenance = maintenance_with(
-        db, queue, settings, LocalProfileSource(settings.effective_profiles_file)
-    )
+    maintenance = maintenance_with(db, queue, settings)
     with pytest.raises(MaintenanceStepFailed) as failed:
         maintenance.run_once(now)
     assert [name for name, _ in failed.value.failures] == ["dead_letters"]
