@@ -210,7 +210,10 @@ def test_status_alerts_on_a_breaker_down_longer_than_the_threshold(
         stop.set()
         prober.join()
     breaker = checks["breaker_resend"]
-    assert (breaker["state"], breaker["value"]) == ("alert", "open"), breaker
+    # The prober keeps the breaker cycling open -> half-open (its probe call, a few ms) ->
+    # open; `status` may read it in either, and both are "not closed": an alert either way.
+    assert breaker["state"] == "alert", breaker
+    assert breaker["value"] in ("open", "half-open"), breaker
     assert breaker["detail"].startswith("not closed for "), breaker
     assert code == 1
     assert checks["breaker_file"]["state"] == "ok"
