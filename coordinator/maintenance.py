@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -36,6 +35,7 @@ from reminder_core.db.queries import query
 from reminder_core.delivery import advance_reminder, zone_or_none
 from reminder_core.errors import InfrastructureError
 from reminder_core.logging import delivery_fields
+from reminder_core.messages import MalformedMessage, OccurrenceMessage
 from reminder_core.profiles import ProfileSource
 from reminder_core.queue import DeadLetter, Queue
 from reminder_core.scheduling import ScheduleConfig
@@ -252,21 +252,20 @@ class Maintenance:
 
     def _record(self, letter: DeadLetter, now: datetime) -> bool:
         """Record one dead letter; False when its occurrence is held by a live lease."""
-        body = letter.body
         try:
-            reminder_id = uuid.UUID(str(body["reminder_id"]))
-            run_time = datetime.fromisoformat(str(body["run_time_utc"]))
-            user_id = str(body["user_id"])
-        except (KeyError, ValueError, TypeError):
+            occurrence = OccurrenceMessage.decode(letter.body)
+        except MalformedMessage:
             log.error(
                 "dead letter %s has a malformed body: %r",
                 letter.message_id,
-                body,
+                letter.body,
                 extra=delivery_fields(
                     None, None, letter.receive_count, None, message_id=letter.message_id
                 ),
             )
             return True
+        reminder_id, run_time = occurrence.key
+        user_id = occurrence.user_id
         error = f"dead-lettered after {letter.receive_count} receives"
         fields = delivery_fields(
             reminder_id, run_time, letter.receive_count, None, message_id=letter.message_id

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from reminder_core.db.queries import id_array, query
+from reminder_core.messages import run_time_of
 from reminder_core.queue import Queue
 
 
@@ -17,8 +18,12 @@ def message_delay_s(payload: dict[str, Any], now: datetime) -> float:
     """Seconds until the occurrence in `payload` is due (0 when already due).
 
     A reminder claimed ahead of time (lookahead) is delivered at its due time, not early.
+
+    Raises:
+        MalformedMessage: the payload has no valid run_time_utc (never for rows written by
+            `claim_due`).
     """
-    run_time = datetime.fromisoformat(payload["run_time_utc"])
+    run_time = run_time_of(payload)
     return max(0.0, (run_time - now).total_seconds())
 
 
