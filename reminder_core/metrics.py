@@ -64,6 +64,27 @@ SENDS = Counter(
     " duplicate, cancelled, missed, busy, dropped, released).",
     ["provider", "outcome"],
 )
+POSSIBLE_DUPLICATES = Counter(
+    "reminders_possible_duplicates_total",
+    "Sends of an occurrence whose earlier sender died with the outcome unknown (its"
+    " `sending` row was taken over after the lease ended): a second email where the"
+    " provider does not deduplicate on the idempotency key (SES, SMTP), by provider.",
+    ["provider"],
+)
+COMPLETER_FLUSHES = Counter(
+    "reminders_completer_flushes_total",
+    "Flushes of the sender's streaming completer (one statement each).",
+)
+COMPLETER_FLUSHED = Counter(
+    "reminders_completer_flushed_total",
+    "Send outcomes recorded by the sender's streaming completer.",
+)
+COMPLETER_WAIT = Histogram(
+    "reminders_completer_wait_seconds",
+    "Seconds from a provider's answer to its outcome being committed (the window in"
+    " which a crash repeats an accepted send).",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+)
 SEND_FAILURES = Counter(
     "reminders_send_failures_total",
     "Occurrences whose handling ended failed (permanent) or handed back for a retry, by"

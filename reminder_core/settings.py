@@ -128,6 +128,17 @@ class Settings(BaseSettings):
     sender_concurrency: int = Field(
         default=8, ge=1, le=256, description="Provider calls in flight at once per sender."
     )
+    sender_flush_interval_s: float = Field(
+        default=0.005,
+        gt=0,
+        le=1,
+        description="The sender's completer writes send outcomes at most once per this"
+        " interval (a lone answer at once): a crash repeats at most the accepted sends"
+        ' not yet written (README "Delivery guarantees").',
+    )
+    sender_flush_max: int = Field(
+        default=100, ge=1, le=1000, description="Outcomes that make the completer write at once."
+    )
     delivery_lease_s: float = Field(
         default=45.0,
         gt=0,

@@ -77,6 +77,8 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
         stop=stop,
         batch_size=s.sender_batch_size,
         concurrency=s.sender_concurrency,
+        flush_interval_s=s.sender_flush_interval_s,
+        flush_max=s.sender_flush_max,
         owns_provider=True,
     )
 

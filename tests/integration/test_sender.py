@@ -575,13 +575,13 @@ def test_a_withdrawn_occurrence_that_an_earlier_attempt_touched_keeps_its_row(
     insert_due_reminders(db, 2, next_run_utc=NOW)
     claim(db, queue)
     _, sender = changing_sender(db, queue, settings, CANCEL_THE_OTHERS)
-    original = sender._take
+    original = sender.begin._take
 
-    def take_with_an_earlier_attempt(conn, begin, now) -> None:  # type: ignore[no-untyped-def]
-        original(conn, begin, now)
+    def take_with_an_earlier_attempt(conn, batch, now) -> None:  # type: ignore[no-untyped-def]
+        original(conn, batch, now)
         conn.execute(text("UPDATE delivery_log SET attempt_count = 1, provider = 'file'"))
 
-    sender._take = take_with_an_earlier_attempt  # type: ignore[method-assign]
+    sender.begin._take = take_with_an_earlier_attempt  # type: ignore[method-assign]
     assert sender.run_once(NOW).counts == {"sent": 1, "released": 1}
     with db.connect() as conn:
         rows = conn.execute(

@@ -138,21 +138,44 @@ WHERE id = ANY(CAST(:ids AS uuid[]));
 
 -- name: delivery_begin_batch
 -- delivery_begin for many occurrences (keys must be distinct). Returns the rows taken;
--- the lease token tells which request took which row.
-INSERT INTO delivery_log AS d
-    (reminder_id, user_id, run_time_utc, status, attempt_count, locked_at, lease_token,
-     created_at, updated_at)
-SELECT u.reminder_id, u.user_id, u.run_time_utc, 'sending', 0, :now, u.lease_token, :now, :now
-FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
-                AS (reminder_id uuid, user_id text, run_time_utc timestamptz, lease_token uuid))
-     WITH ORDINALITY AS u(reminder_id, user_id, run_time_utc, lease_token, n)
-ORDER BY u.n
-ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
-SET locked_at = EXCLUDED.locked_at,
-    lease_token = EXCLUDED.lease_token,
-    updated_at = EXCLUDED.updated_at
-WHERE d.status = 'sending' AND (d.locked_at IS NULL OR d.locked_at <= :lease_expired_before)
-RETURNING d.id, d.lease_token, d.provider;
+-- the lease token tells which request took which row. `taken_over` is true for a row
+-- that was `sending` under a lease that ended without a heartbeat (its sender died,
+-- maybe after the provider accepted the email: a possible duplicate), false for a new
+-- row or one whose lease was released (its outcome was known). `expired` reads the
+-- statement's snapshot, i.e. the rows as they were before this insert.
+WITH u AS (
+    SELECT *
+    FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+                    AS (reminder_id uuid, user_id text, run_time_utc timestamptz,
+                        lease_token uuid))
+         WITH ORDINALITY AS u(reminder_id, user_id, run_time_utc, lease_token, n)
+), expired AS (
+    SELECT d.reminder_id, d.run_time_utc
+    FROM delivery_log AS d
+    JOIN u ON d.reminder_id = u.reminder_id AND d.run_time_utc = u.run_time_utc
+    WHERE d.status = 'sending' AND d.locked_at IS NOT NULL
+      AND d.locked_at <= :lease_expired_before
+), taken AS (
+    INSERT INTO delivery_log AS d
+        (reminder_id, user_id, run_time_utc, status, attempt_count, locked_at, lease_token,
+         created_at, updated_at)
+    SELECT u.reminder_id, u.user_id, u.run_time_utc, 'sending', 0, :now, u.lease_token,
+           :now, :now
+    FROM u
+    ORDER BY u.n
+    ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
+    SET locked_at = EXCLUDED.locked_at,
+        lease_token = EXCLUDED.lease_token,
+        updated_at = EXCLUDED.updated_at
+    WHERE d.status = 'sending'
+      AND (d.locked_at IS NULL OR d.locked_at <= :lease_expired_before)
+    RETURNING d.id, d.lease_token, d.provider, d.reminder_id, d.run_time_utc
+)
+SELECT t.id, t.lease_token, t.provider,
+       EXISTS (SELECT 1 FROM expired AS e
+               WHERE e.reminder_id = t.reminder_id AND e.run_time_utc = t.run_time_utc)
+           AS taken_over
+FROM taken AS t;
 
 -- name: delivery_record_terminal_batch
 -- delivery_record_terminal for many occurrences (keys distinct); returns the rows
@@ -180,15 +203,20 @@ WHERE delivery_log.status = 'sending'
   AND (delivery_log.locked_at IS NULL OR delivery_log.locked_at < :lease_expired_before)
 RETURNING reminder_id, run_time_utc;
 
--- name: delivery_complete_batch
--- delivery_complete for many rows, each fenced by its own lease token; returns the ids
--- completed (a row missing from the answer was taken over: its holder records it).
+-- name: delivery_record_batch
+-- The streaming completer's flush (sender/complete.py): record the outcome of each send,
+-- fenced by its own lease token, in one statement (autocommit: one round trip). A row
+-- whose `status` is terminal (`sent`, `failed`) is completed; one whose `status` is
+-- `sending` is released (a transient error or a shutdown: the next receive retries it at
+-- once) and keeps `provider` when the row names no other, the provider an ambiguous
+-- attempt may have reached, where whoever retries must go again. Returns the rows
+-- recorded (a row missing from the answer was taken over: its holder records it).
 UPDATE delivery_log AS d
 SET status = u.status,
     sent_at = u.sent_at,
-    provider = u.provider,
+    provider = coalesce(u.provider, d.provider),
     provider_message_id = u.provider_message_id,
-    recipient = u.recipient,
+    recipient = coalesce(u.recipient, d.recipient),
     error = u.error,
     attempt_count = d.attempt_count + u.attempts,
     locked_at = NULL,
@@ -202,21 +230,17 @@ WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.leas
   AND d.status = 'sending'
 RETURNING d.id;
 
--- name: delivery_release_batch
--- delivery_release for many rows; `provider` (when not null) is the provider an
--- ambiguous attempt may have reached: whoever retries must go there again.
-UPDATE delivery_log AS d
-SET locked_at = NULL,
-    lease_token = NULL,
-    error = u.error,
-    provider = coalesce(u.provider, d.provider),
-    attempt_count = d.attempt_count + u.attempts,
-    updated_at = :now
-FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-     AS u(id uuid, run_time_utc timestamptz, lease_token uuid, error text, attempts int,
-          provider text)
-WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
-  AND d.status = 'sending';
+-- name: delivery_recorded_at
+-- After a flush whose commit was not acknowledged (the connection broke): which of its
+-- rows that flush did record. Only the lease holder writes a row, and it stamps
+-- updated_at with the flush's :now, so a row with that stamp and status was recorded by
+-- it; the retried flush then leaves those rows alone instead of calling them lost.
+SELECT d.id
+FROM delivery_log AS d
+JOIN jsonb_to_recordset(CAST(:rows AS jsonb))
+     AS u(id uuid, run_time_utc timestamptz, status text)
+  ON d.id = u.id AND d.run_time_utc = u.run_time_utc
+WHERE d.updated_at = :now AND d.status = u.status AND d.lease_token IS NULL;
 
 -- name: delivery_heartbeat_batch
 -- delivery_heartbeat for every row a sender holds.

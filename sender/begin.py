@@ -1,0 +1,422 @@
+"""Begin stage: decide each received occurrence and lease the ones to send (one
+transaction per batch, before any provider call)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import Connection, Engine, Row
+
+from reminder_core.db.queries import id_array, json_rows, query
+from reminder_core.delivery import advance_reminder, schedule_of_row, zone_or_none
+from reminder_core.domain.misfire import MisfirePlan, plan_misfire
+from reminder_core.domain.recurrence import occurrences_between
+from reminder_core.domain.retry import RetryPolicy, requeue_delay_s
+from reminder_core.domain.states import DeliveryStatus, ReminderStatus
+from reminder_core.errors import InfrastructureError, InvalidSchedule
+from reminder_core.logging import delivery_fields
+from reminder_core.profiles import Profile, ProfileSource
+from reminder_core.scheduling import ScheduleConfig
+from reminder_core.suppression import (
+    Refusal,
+    paused_refusal,
+    record_refusals,
+    refusals,
+    suppress_replay,
+)
+from sender.work import Begun, Decided, Outcome, Received, log
+
+
+@dataclass(frozen=True, slots=True)
+class _Terminal:
+    """An occurrence to record terminal without a provider call; `received` is None for
+    an older occurrence the misfire policy records `missed`."""
+
+    received: Received | None
+    reminder_id: uuid.UUID
+    user_id: str
+    run_time_utc: datetime
+    status: DeliveryStatus
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class _ToTake:
+    """An occurrence to lease: the misfire plan chose `chosen`."""
+
+    received: Received
+    reminder: Row[Any]
+    profile: Profile | None
+    zone: ZoneInfo | None
+    chosen: datetime
+
+
+class _Batch:
+    """What one begin transaction decides, in the order it was decided."""
+
+    def __init__(self) -> None:
+        self.decided: list[Decided] = []
+        self.terminal: list[_Terminal] = []
+        self.refused: list[tuple[uuid.UUID, datetime, Refusal]] = []
+        self.to_take: list[_ToTake] = []
+        self.begun: list[Begun] = []
+
+
+class Begin:
+    """Re-reads the batch's reminders, records what will not be sent, leases the rest.
+
+    Rules (DESIGN §4): a cancel, pause or reschedule wins and is recorded `cancelled`
+    (nothing is recorded for a reminder its user paused while the message was on its way:
+    it is claimed again on resume); a recipient on the suppression list is recorded
+    `suppressed` (one query for the batch; DESIGN §4.8); the misfire policy picks what to
+    send of what is already due and records older occurrences `missed`; each occurrence to
+    send gets its unique delivery row as `sending` under a fresh lease token, or takes over
+    a row whose lease ended. An occurrence already terminal is a DUPLICATE; one under
+    another worker's live lease is BUSY and comes back when that lease ends.
+
+    Args:
+        engine: database engine.
+        profiles: the users' addresses and zones, read for every batch.
+        lease_s: a `sending` row whose lease is older than this is taken over.
+        schedule_config: recurrence limits and the all-day fire time.
+        retry: for the backoff of a message whose profile could not be read.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        profiles: ProfileSource,
+        *,
+        lease_s: float,
+        schedule_config: ScheduleConfig,
+        retry: RetryPolicy,
+    ) -> None:
+        self._engine = engine
+        self._profiles = profiles
+        self.lease_s = lease_s
+        self.schedule_config = schedule_config
+        self.retry = retry
+
+    def run(self, received: Sequence[Received], now: datetime) -> tuple[list[Begun], list[Decided]]:
+        """Begin `received` at `now` (aware UTC).
+
+        Returns:
+            (begun, decided): the occurrences leased to this sender, sorted by key, and
+            the messages decided without a provider call.
+
+        Side effects: one committed transaction (delivery rows inserted or taken over,
+        terminal rows, reminders moved on or paused).
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed; nothing was committed.
+        """
+        batch = _Batch()
+        live = self._with_profiles(received, batch)
+        if not live:
+            return [], batch.decided
+        with self._engine.begin() as conn:
+            ids = id_array({r.occurrence.reminder_id for r, _ in live})
+            reminders = {r.id: r for r in conn.execute(query("reminders_for_send"), {"ids": ids})}
+            blocked = refusals(conn, {p.email for _, p in live if p is not None})
+            for r, profile in live:
+                refusal = blocked.get(profile.email) if profile is not None else None
+                self._decide(conn, batch, r, reminders.get(r.occurrence.reminder_id), profile,
+                             refusal, now)  # fmt: skip
+            self._record_terminal(conn, batch, now)
+            record_refusals(conn, batch.refused, now=now)  # pause (recurring) or fail
+            if batch.to_take:
+                self._take(conn, batch, now)
+        return batch.begun, batch.decided
+
+    def _with_profiles(
+        self, received: Sequence[Received], batch: _Batch
+    ) -> list[tuple[Received, Profile | None]]:
+        """Each occurrence with its user's profile (one read per user); a profile service
+        that cannot answer hands the message back for a backoff."""
+        cache: dict[str, Profile | InfrastructureError | None] = {}
+        live: list[tuple[Received, Profile | None]] = []
+        for r in received:
+            user_id = r.occurrence.user_id
+            if user_id not in cache:
+                try:
+                    cache[user_id] = self._profiles.get(user_id)
+                except InfrastructureError as exc:
+                    cache[user_id] = exc
+            found = cache[user_id]
+            if isinstance(found, InfrastructureError):
+                batch.decided.append(retry_decision(self.retry, r, found, provider=None))
+            else:
+                live.append((r, found))
+        return live
+
+    def _decide(
+        self,
+        conn: Connection,
+        batch: _Batch,
+        r: Received,
+        reminder: Row[Any] | None,
+        profile: Profile | None,
+        refusal: Refusal | None,
+        now: datetime,
+    ) -> None:
+        """Decide one occurrence against its reminder as read now (rules: class doc)."""
+        occ = r.occurrence
+        if reminder is None:
+            log.error("delivery dropped: unknown reminder", extra=_fields(r))
+            batch.decided.append(Decided.of(r, Outcome.DROPPED))
+        elif occ.replay:
+            self._decide_replay(conn, batch, r, reminder, profile, refusal, now)
+        elif (
+            reminder.status == ReminderStatus.PAUSED
+            and reminder.next_run_utc == occ.run_time_utc
+            and paused_refusal(reminder, occ.run_time_utc) is None
+        ):
+            # Paused by its user while this message was on its way: the occurrence is
+            # still the reminder's next one and is claimed again on resume (same key), so
+            # nothing is recorded (a `cancelled` row would make the resumed reminder fail
+            # as a duplicate).
+            batch.decided.append(Decided.of(r, Outcome.CANCELLED))
+        elif not still_due(reminder, occ.run_time_utc):
+            status, error = DeliveryStatus.CANCELLED, f"superseded: reminder is {reminder.status}"
+            if (held := paused_refusal(reminder, occ.run_time_utc)) is not None:
+                status, error = DeliveryStatus.SUPPRESSED, held.error
+                batch.refused.append((occ.reminder_id, occ.run_time_utc, held))
+            batch.terminal.append(
+                _Terminal(r, occ.reminder_id, occ.user_id, occ.run_time_utc, status, error)
+            )
+        elif refusal is not None:
+            batch.terminal.append(
+                _Terminal(r, occ.reminder_id, occ.user_id, occ.run_time_utc,
+                          DeliveryStatus.SUPPRESSED, refusal.error)
+            )  # fmt: skip
+            batch.refused.append((occ.reminder_id, occ.run_time_utc, refusal))
+        else:
+            self._apply_misfire(conn, batch, r, reminder, profile, now)
+
+    def _decide_replay(
+        self,
+        conn: Connection,
+        batch: _Batch,
+        r: Received,
+        reminder: Row[Any],
+        profile: Profile | None,
+        refusal: Refusal | None,
+        now: datetime,
+    ) -> None:
+        """A replay sends exactly the occurrence it names, unless its reminder was
+        cancelled or paused meanwhile, or its recipient is suppressed."""
+        occ = r.occurrence
+        if reminder.status in (ReminderStatus.CANCELLED, ReminderStatus.PAUSED):
+            conn.execute(
+                query("delivery_cancel_replay"),
+                {"reminder_id": occ.reminder_id, "run_time_utc": occ.run_time_utc,
+                 "error": f"replay skipped: reminder is {reminder.status}", "now": now},
+            )  # fmt: skip
+            batch.decided.append(Decided.of(r, Outcome.CANCELLED))
+        elif refusal is not None:
+            assert profile is not None  # a refusal is found by the profile's address
+            suppress_replay(
+                conn, reminder_id=occ.reminder_id, run_time_utc=occ.run_time_utc,
+                recipient=profile.email, refusal=refusal, now=now,
+            )  # fmt: skip
+            batch.decided.append(Decided.of(r, Outcome.SUPPRESSED))
+        else:
+            zone = zone_or_none(reminder.timezone, profile)
+            batch.to_take.append(_ToTake(r, reminder, profile, zone, occ.run_time_utc))
+
+    def _apply_misfire(
+        self,
+        conn: Connection,
+        batch: _Batch,
+        r: Received,
+        reminder: Row[Any],
+        profile: Profile | None,
+        now: datetime,
+    ) -> None:
+        """Pick what to send of what is already due (misfire policy, DESIGN §3); record
+        the older occurrences `missed`; a reminder with nothing left to send moves on."""
+        occ = r.occurrence
+        zone = zone_or_none(reminder.timezone, profile)
+        plan = self._plan(conn, reminder, r, zone, now)
+        for missed in plan.missed:
+            log.info("delivery missed", extra=delivery_fields(occ.reminder_id, missed, None, None))
+            batch.terminal.append(
+                _Terminal(None, occ.reminder_id, occ.user_id, missed, DeliveryStatus.MISSED,
+                          f"missed: {(now - missed).total_seconds():.0f} s late, "
+                          f"misfire policy {reminder.misfire_policy}")
+            )  # fmt: skip
+        if plan.send is None:
+            advance_reminder(
+                conn, reminder_id=occ.reminder_id, occurrence_utc=occ.run_time_utc, zone=zone,
+                after=now, sent=True, error=None, now=now, config=self.schedule_config,
+            )  # fmt: skip
+            batch.decided.append(Decided.of(r, Outcome.MISSED))
+        else:
+            batch.to_take.append(_ToTake(r, reminder, profile, zone, plan.send))
+
+    def _plan(
+        self,
+        conn: Connection,
+        reminder: Row[Any],
+        r: Received,
+        zone: ZoneInfo | None,
+        now: datetime,
+    ) -> MisfirePlan:
+        """Which due occurrence to send now, and which to record as missed."""
+        occ = r.occurrence
+        due = [occ.run_time_utc]
+        if reminder.rrule is not None and zone is not None and now > occ.run_time_utc:
+            try:
+                due += occurrences_between(
+                    schedule_of_row(reminder, self.schedule_config), zone, occ.run_time_utc,
+                    now, limits=self.schedule_config.limits,
+                )  # fmt: skip
+            except InvalidSchedule as exc:
+                log.warning("cannot list due occurrences", extra=_fields(r, error=exc))
+        if len(due) > 1:
+            in_flight = conn.execute(
+                query("delivery_in_flight"),
+                {"reminder_id": occ.reminder_id, "from_utc": occ.run_time_utc},
+            ).scalar_one_or_none()
+            if in_flight is not None and in_flight in due:
+                # An earlier attempt already chose this one: keep it (its row is `sending`).
+                return MisfirePlan(send=in_flight, missed=tuple(d for d in due if d < in_flight))
+        return plan_misfire(
+            reminder.misfire_policy, due, now=now, max_lateness_s=reminder.max_lateness_s
+        )
+
+    def _record_terminal(self, conn: Connection, batch: _Batch, now: datetime) -> None:
+        """Record the terminal occurrences (one statement, in key order, one row per key:
+        an upsert may not touch a row twice); an occurrence that already has a row is a
+        DUPLICATE (e.g. `sent` by the first copy)."""
+        if not batch.terminal:
+            return
+        distinct: dict[tuple[uuid.UUID, datetime], _Terminal] = {}
+        for t in sorted(batch.terminal, key=lambda t: (t.reminder_id, t.run_time_utc)):
+            distinct.setdefault((t.reminder_id, t.run_time_utc), t)
+        recorded = {
+            (row.reminder_id, row.run_time_utc)
+            for row in conn.execute(
+                query("delivery_record_terminal_batch"),
+                {
+                    "rows": json_rows(
+                        {
+                            "reminder_id": t.reminder_id,
+                            "user_id": t.user_id,
+                            "run_time_utc": t.run_time_utc,
+                            "status": t.status.value,
+                            "error": t.error,
+                        }
+                        for t in distinct.values()
+                    ),
+                    "now": now,
+                    "lease_expired_before": now - timedelta(seconds=self.lease_s),
+                },
+            )
+        }
+        for t in batch.terminal:
+            if t.received is None:
+                continue
+            if (t.reminder_id, t.run_time_utc) not in recorded:
+                outcome = Outcome.DUPLICATE
+            elif t.status is DeliveryStatus.SUPPRESSED:
+                outcome = Outcome.SUPPRESSED
+            else:
+                outcome = Outcome.CANCELLED
+            batch.decided.append(Decided.of(t.received, outcome))
+
+    def _take(self, conn: Connection, batch: _Batch, now: datetime) -> None:
+        """Insert (or take over) the delivery rows of `batch.to_take` as `sending` under
+        fresh lease tokens, in key order (two senders lock the same rows in the same
+        order); decide BUSY / DUPLICATE for those that could not be taken."""
+        batch.to_take.sort(key=lambda t: (t.received.occurrence.reminder_id, t.chosen))
+        tokens: dict[uuid.UUID, _ToTake] = {}
+        seen: set[tuple[uuid.UUID, datetime]] = set()
+        for t in batch.to_take:
+            key = (t.received.occurrence.reminder_id, t.chosen)
+            if key in seen:  # two messages chose one occurrence: the first carries it
+                batch.decided.append(Decided.of(t.received, Outcome.DUPLICATE))
+            else:
+                seen.add(key)
+                tokens[uuid.uuid4()] = t
+        rows = conn.execute(
+            query("delivery_begin_batch"),
+            {
+                "rows": json_rows(
+                    {
+                        "reminder_id": t.received.occurrence.reminder_id,
+                        "user_id": t.reminder.user_id,
+                        "run_time_utc": t.chosen,
+                        "lease_token": token,
+                    }
+                    for token, t in tokens.items()
+                ),
+                "now": now,
+                "lease_expired_before": now - timedelta(seconds=self.lease_s),
+            },
+        )
+        taken = {row.lease_token: row for row in rows}
+        for token, t in tokens.items():
+            row = taken.get(token)
+            if row is None:
+                batch.decided.append(self._not_taken(conn, t, now))
+                continue
+            batch.begun.append(
+                Begun(received=t.received, reminder=t.reminder, profile=t.profile, zone=t.zone,
+                      chosen=t.chosen, delivery_id=row.id, lease_token=token,
+                      pinned=row.provider, taken_over=row.taken_over)
+            )  # fmt: skip
+
+    def _not_taken(self, conn: Connection, t: _ToTake, now: datetime) -> Decided:
+        """The occurrence is held by another worker (BUSY) or already terminal."""
+        occ = t.received.occurrence
+        params = {"reminder_id": occ.reminder_id, "run_time_utc": t.chosen}
+        status = conn.execute(query("delivery_status"), params).scalar_one_or_none()
+        if status == DeliveryStatus.SENDING:
+            # Come back when the holder's lease ends (not at every visibility timeout,
+            # which would burn receives toward the dead-letter queue).
+            left = conn.execute(
+                query("delivery_lease_left"), {**params, "lease_s": self.lease_s, "now": now}
+            ).scalar_one_or_none()
+            hide = float(left) + 1 if left is not None else None
+            return Decided.of(t.received, Outcome.BUSY, run_time_utc=t.chosen, hide_for_s=hide)
+        # Already terminal, yet the reminder still points here (e.g. re-driven after a
+        # crash, or its sender died between recording the send and moving the reminder
+        # on): move it on instead of looping.
+        advance_reminder(
+            conn, reminder_id=occ.reminder_id, occurrence_utc=occ.run_time_utc, zone=t.zone,
+            after=t.chosen, error=None, now=now, config=self.schedule_config,
+            sent=status in (DeliveryStatus.SENT, DeliveryStatus.BOUNCED,
+                            DeliveryStatus.COMPLAINED),
+        )  # fmt: skip
+        return Decided.of(t.received, Outcome.DUPLICATE, run_time_utc=t.chosen)
+
+
+def still_due(reminder: Row[Any], run_time_utc: datetime) -> bool:
+    """True when the reminder still wants this occurrence (no cancel, pause or reschedule)."""
+    return (
+        reminder.status in (ReminderStatus.CLAIMED, ReminderStatus.PENDING)
+        and reminder.next_run_utc == run_time_utc
+    )
+
+
+def retry_decision(
+    policy: RetryPolicy, r: Received, exc: Exception, *, provider: str | None
+) -> Decided:
+    """Hand `r` back for a backoff (Retry-After wins); the next receive retries it, up to
+    the queue's maximum receive count (then the DLQ). Logs "delivery retry"."""
+    hide = requeue_delay_s(policy, r.message.receive_count, getattr(exc, "retry_after_s", None))
+    log.warning("delivery retry", extra=_fields(r, provider, retry_in_s=hide, error=exc))
+    return Decided.of(r, Outcome.RETRY, hide_for_s=hide, error=exc)
+
+
+def _fields(r: Received, provider: str | None = None, **more: object) -> dict[str, object]:
+    occ = r.occurrence
+    return delivery_fields(
+        occ.reminder_id, occ.run_time_utc, r.message.receive_count, provider, **more
+    )

@@ -1,0 +1,349 @@
+"""Complete stage: a streaming completer that records each send's outcome within
+milliseconds of the provider's answer, in group commits (docs/design.md, "Sender").
+
+Model: River's batch completer (`internal/jobcompleter/job_completer.go`): outcomes are
+buffered as the send threads report them and written by one thread, one statement per
+flush, so a crash repeats at most the accepted sends of the flush under way, never those
+of a whole batch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from reminder_core.db.queries import json_rows, query
+from reminder_core.domain.states import DeliveryStatus
+from reminder_core.metrics import COMPLETER_FLUSHED, COMPLETER_FLUSHES, COMPLETER_WAIT
+from sender.work import Outcome, SendResult, ShutdownRequested, log
+
+
+class FlushFailed(Exception):
+    """The completer could not record some outcomes within its retry budget: their rows
+    stay `sending` under this sender's lease, which ends without a heartbeat, and the
+    next receiver takes them over (a possible duplicate, counted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A send whose outcome the completer wrote (or found it could not: `recorded` False
+    means the row's lease was taken over or the row was ended by someone else)."""
+
+    result: SendResult
+    recorded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FlushStats:
+    """Counters of a completer since it started (for the benchmark and logs).
+
+    Attributes:
+        flushes: statements written.
+        results: outcomes recorded.
+        wait_s: total seconds from answers to their commit (mean: wait_s / results).
+        span_s: seconds from the first flush's start to the last one's.
+    """
+
+    flushes: int
+    results: int
+    wait_s: float
+    span_s: float
+
+    @property
+    def mean_size(self) -> float:
+        return self.results / self.flushes if self.flushes else 0.0
+
+    @property
+    def mean_interval_s(self) -> float:
+        return self.span_s / (self.flushes - 1) if self.flushes > 1 else 0.0
+
+    @property
+    def mean_wait_s(self) -> float:
+        return self.wait_s / self.results if self.results else 0.0
+
+
+class Completer:
+    """Group-commits send outcomes as they arrive.
+
+    A flush starts as soon as an outcome is waiting and the previous flush started at
+    least `flush_interval_s` ago, or at once when `flush_max` outcomes are waiting or the
+    batch is over (`drain`): a lone answer is written within one statement's time, a busy
+    sender writes at most one statement per interval. Each flush is one autocommit
+    statement (`delivery_record_batch`) on a connection the completer keeps: sent and
+    failed rows completed, retried and released ones given back, each fenced by its own
+    lease token (a row taken over meanwhile is left to its holder).
+
+    A flush that fails is retried (exponential backoff with jitter) for up to
+    `retry_budget_s`; after a failure whose commit is unknown, the rows that the failed
+    attempt did record are found by the flush's timestamp and not recorded twice.
+
+    Args:
+        engine: database engine.
+        flush_interval_s: seconds between the starts of two flushes at most.
+        flush_max: outcomes that start a flush at once.
+        clock: current time for the rows' updated_at, aware UTC.
+        retry_budget_s: seconds a failing flush is retried for (then FlushFailed).
+        name: thread name prefix.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        flush_interval_s: float,
+        flush_max: int,
+        clock: Callable[[], datetime],
+        retry_budget_s: float,
+        name: str = "sender",
+    ) -> None:
+        self._engine = engine
+        self.flush_interval_s = flush_interval_s
+        self.flush_max = max(1, flush_max)
+        self._clock = clock
+        self.retry_budget_s = retry_budget_s
+        self._name = name
+        self._cond = threading.Condition()
+        self._buffer: list[tuple[SendResult, float]] = []  # (result, answered at)
+        self._done: list[Recorded] = []
+        self._failure: BaseException | None = None
+        self._flushing = False
+        self._draining = False
+        self._closing = False
+        self._last_start = float("-inf")
+        self._thread: threading.Thread | None = None
+        self._conn: Connection | None = None
+        self._flushes = self._results = 0
+        self._wait_s = 0.0
+        self._first_start: float | None = None
+
+    def submit(self, result: SendResult) -> None:
+        """Buffer one outcome (thread-safe; called by the send threads as each send
+        ends). Withdrawn sends are not written here: `drain` returns them as they are."""
+        with self._cond:
+            self._ensure_thread()
+            self._buffer.append((result, time.monotonic()))
+            self._cond.notify_all()
+
+    def drain(self) -> list[Recorded]:
+        """Flush what is buffered now and wait for every flush; returns the outcomes
+        handled since the last drain, in the order they were recorded.
+
+        Raises:
+            FlushFailed: some outcomes could not be written (the others are returned by
+                the next drain).
+        """
+        with self._cond:
+            self._draining = True
+            self._cond.notify_all()
+            while self._buffer or self._flushing:
+                self._cond.wait()
+            self._draining = False
+            # The batch is over: give the connection back to the pool until the next one
+            # (safe here: the thread only uses it while `_flushing`, set under this lock).
+            self._release_connection()
+            done, self._done = self._done, []
+            failure, self._failure = self._failure, None
+        if failure is not None:
+            raise FlushFailed(str(failure)) from failure
+        return done
+
+    def stats(self) -> FlushStats:
+        """The completer's counters so far."""
+        with self._cond:
+            span = self._last_start - self._first_start if self._first_start else 0.0
+            return FlushStats(self._flushes, self._results, self._wait_s, max(0.0, span))
+
+    def close(self) -> None:
+        """Flush what is buffered, stop the thread, close the connection."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        self._release_connection()
+
+    # --- the completer thread ---------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._run, name=f"{self._name}-completer", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                taken = self._next_group()
+                if taken is None:
+                    return
+                self._flushing = True
+                started = self._last_start = time.monotonic()
+                if self._first_start is None:
+                    self._first_start = started
+            try:
+                recorded = self._flush([r for r, _ in taken])
+                failure: BaseException | None = None
+            except Exception as exc:  # reported by drain(); the thread carries on
+                recorded, failure = [], exc
+            committed = time.monotonic()
+            with self._cond:
+                self._flushing = False
+                self._account(taken, recorded, failure, committed)
+                self._cond.notify_all()
+
+    def _next_group(self) -> list[tuple[SendResult, float]] | None:
+        """Wait (holding the condition) for the next group to flush; None to stop."""
+        while not self._buffer:
+            if self._closing:
+                return None
+            self._cond.wait()
+        deadline = self._last_start + self.flush_interval_s
+        while (
+            len(self._buffer) < self.flush_max
+            and not (self._draining or self._closing)
+            and (left := deadline - time.monotonic()) > 0
+        ):
+            self._cond.wait(left)
+        taken, self._buffer = self._buffer[: self.flush_max], self._buffer[self.flush_max :]
+        return taken
+
+    def _account(
+        self,
+        taken: list[tuple[SendResult, float]],
+        recorded: list[Recorded],
+        failure: BaseException | None,
+        committed: float,
+    ) -> None:
+        if failure is not None:
+            self._failure = self._failure or failure
+            return
+        self._done.extend(recorded)
+        written = [(r, at) for (r, at) in taken if _writes(r)]
+        if written:
+            self._flushes += 1
+            self._results += len(written)
+            COMPLETER_FLUSHES.inc()
+            COMPLETER_FLUSHED.inc(len(written))
+            for _, answered in written:
+                self._wait_s += committed - answered
+                COMPLETER_WAIT.observe(committed - answered)
+
+    def _flush(self, results: Sequence[SendResult]) -> list[Recorded]:
+        """Write `results` in one statement (retried on failure); withdrawn ones are
+        returned unwritten (the batch end deletes or releases their rows)."""
+        writes = [r for r in results if _writes(r)]
+        recorded: set[object] = set()
+        if writes:
+            now = self._clock()
+            rows = [_row(r) for r in writes]
+            retrying = Retrying(
+                retry=retry_if_exception_type(DBAPIError),
+                stop=stop_after_delay(self.retry_budget_s),
+                wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
+                before_sleep=lambda state: log.warning(
+                    "completer flush failed; retrying: %s",
+                    state.outcome and state.outcome.exception(),
+                ),
+                reraise=True,
+            )
+            retried = False
+            for attempt in retrying:
+                with attempt:
+                    recorded = self._write(rows, now, check_earlier=retried)
+                    retried = True
+        return [Recorded(r, not _writes(r) or r.begun.delivery_id in recorded) for r in results]
+
+    def _write(
+        self, rows: list[dict[str, object]], now: datetime, *, check_earlier: bool
+    ) -> set[object]:
+        """One statement on the completer's connection; returns the ids recorded."""
+        try:
+            conn = self._connection()
+            earlier: set[object] = set()
+            if check_earlier:
+                # The failed attempt may have committed before its connection broke.
+                found = conn.execute(
+                    query("delivery_recorded_at"), {"rows": json_rows(rows), "now": now}
+                )
+                earlier = set(found.scalars())
+            pending = [row for row in rows if row["id"] not in earlier]
+            if not pending:
+                return earlier
+            done = conn.execute(
+                query("delivery_record_batch"), {"rows": json_rows(pending), "now": now}
+            ).scalars()
+            return earlier | set(done)
+        except DBAPIError:
+            self._drop_connection()
+            raise
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        return self._conn
+
+    def _release_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.invalidate()
+                self._conn.close()
+            except Exception:  # already broken
+                pass
+            self._conn = None
+
+
+def _writes(result: SendResult) -> bool:
+    """The completer writes every outcome but a withdrawn send's (see `_flush`)."""
+    return not result.withdrawn
+
+
+def _row(result: SendResult) -> dict[str, object]:
+    """The delivery_record_batch row of one outcome: SENT and FAILED complete the row;
+    RETRY and RELEASED give its lease back (status stays `sending`)."""
+    begun = result.begun
+    receipt = result.receipt
+    status = {
+        Outcome.SENT: DeliveryStatus.SENT,
+        Outcome.FAILED: DeliveryStatus.FAILED,
+    }.get(result.outcome, DeliveryStatus.SENDING)
+    return {
+        "id": begun.delivery_id,
+        "run_time_utc": begun.chosen,
+        "lease_token": begun.lease_token,
+        "status": status.value,
+        "sent_at": result.sent_at,
+        "provider": receipt.provider if receipt else result.pinned,
+        "provider_message_id": receipt.provider_message_id if receipt else None,
+        "recipient": result.recipient if status is not DeliveryStatus.SENDING else None,
+        "error": _error_text(result),
+        "attempts": result.attempts,
+    }
+
+
+def _error_text(result: SendResult) -> str | None:
+    """The row's error: why it failed or was handed back (None when sent)."""
+    if result.outcome is Outcome.SENT:
+        return None
+    if result.error is not None:
+        return str(result.error)
+    if isinstance(result.error, ShutdownRequested) or result.outcome is Outcome.RELEASED:
+        return "shutting down"
+    return None

@@ -1,0 +1,119 @@
+"""Batch end, after the completer recorded every outcome: move the reminders past their
+sent or failed occurrences and give back the rows of withdrawn sends (one transaction)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import Connection, Engine
+
+from reminder_core.db.queries import json_rows, query
+from reminder_core.delivery import Advance, advance_reminders
+from reminder_core.scheduling import ScheduleConfig
+from sender.complete import Recorded
+from sender.work import Decided, Outcome, SendResult, log
+
+WITHDRAWN = "withdrawn: the reminder changed during its batch"
+
+
+def finish_batch(
+    engine: Engine, recorded: Sequence[Recorded], *, now: datetime, config: ScheduleConfig
+) -> list[Decided]:
+    """Advance each reminder whose occurrence the completer recorded `sent` or `failed`
+    (next occurrence computed from its current schedule, in the zone in force now; a
+    newer user change is never overwritten, DESIGN §4.5), mark sent replays, and delete
+    the rows of withdrawn sends that no provider call ever touched (else release them).
+
+    A crash before this commits leaves a reminder `claimed` at an occurrence that is
+    already terminal: the claim reaper re-drives it and the next sender moves it on
+    without sending (sender.begin, "already terminal").
+
+    Args:
+        recorded: the batch's outcomes as the completer returned them.
+        now: aware UTC, for updated_at and the advance.
+
+    Returns:
+        One Decided per outcome; a sent or failed one whose row was not recorded (its
+        lease was taken over meanwhile) is BUSY: its current holder records it.
+
+    Raises:
+        sqlalchemy.exc.DBAPIError: nothing of this step was committed (see above).
+    """
+    advances: list[Advance] = []
+    replays: list[SendResult] = []
+    withdrawn: list[SendResult] = []
+    decided: list[Decided] = []
+    for item in recorded:
+        result = item.result
+        if result.withdrawn:
+            withdrawn.append(result)
+        elif result.outcome in (Outcome.SENT, Outcome.FAILED) and not item.recorded:
+            log.warning(
+                "delivery lease lost: taken over, or the row was ended; its current holder"
+                " records the outcome",
+                extra={"reminder_id": result.begun.occurrence.reminder_id,
+                       "run_time_utc": result.begun.chosen, "provider": result.provider},
+            )  # fmt: skip
+            decided.append(Decided.of_result(result, Outcome.BUSY))
+            continue
+        elif result.outcome in (Outcome.SENT, Outcome.FAILED):
+            advances.append(_advance(result))
+            if result.outcome is Outcome.SENT and result.begun.occurrence.replay:
+                replays.append(result)
+        decided.append(Decided.of_result(result))
+    if advances or withdrawn:
+        with engine.begin() as conn:
+            advance_reminders(conn, advances, now=now, config=config)
+            for result in replays:
+                conn.execute(
+                    query("reminder_replayed_sent"),
+                    {"id": result.begun.occurrence.reminder_id, "now": now},
+                )
+            _give_back(conn, withdrawn, now)
+    return decided
+
+
+def _advance(result: SendResult) -> Advance:
+    begun = result.begun
+    return Advance(
+        reminder_id=begun.occurrence.reminder_id,
+        occurrence_utc=begun.occurrence.run_time_utc,
+        zone=begun.zone,
+        after=begun.chosen,
+        sent=result.outcome is Outcome.SENT,
+        error=str(result.error) if result.error else None,
+    )
+
+
+def _give_back(conn: Connection, withdrawn: Sequence[SendResult], now: datetime) -> None:
+    """Withdrawn sends were never attempted: their row goes, so the next receive decides
+    the occurrence as if this batch had not begun it; a row an earlier attempt touched
+    stays, released."""
+    if not withdrawn:
+        return
+    keys = [
+        {"id": r.begun.delivery_id, "run_time_utc": r.begun.chosen,
+         "lease_token": r.begun.lease_token}
+        for r in withdrawn
+    ]  # fmt: skip
+    conn.execute(query("delivery_withdraw_batch"), {"rows": json_rows(keys)})
+    conn.execute(
+        query("delivery_record_batch"),
+        {
+            "rows": json_rows(
+                {
+                    **k,
+                    "status": "sending",
+                    "sent_at": None,
+                    "provider": None,
+                    "provider_message_id": None,
+                    "recipient": None,
+                    "error": WITHDRAWN,
+                    "attempts": 0,
+                }
+                for k in keys
+            ),
+            "now": now,
+        },
+    )
