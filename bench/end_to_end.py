@@ -33,7 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier, Event
 from pathlib import Path
 
@@ -51,6 +53,7 @@ from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
+from sender.complete import FlushStats
 from sender.providers.base import OutgoingEmail, Provider, SendReceipt
 from sender.providers.resend import ResendProvider
 from sender.render import Renderer
@@ -60,6 +63,9 @@ RAW_BATCH = 500
 #: The shipped settings (SENDER_*, VISIBILITY_TIMEOUT_S, DELIVERY_LEASE_S, ...).
 DEFAULTS = Settings(jwt_secret="x" * 40)
 CLAIM_BATCH = 500
+#: A flush interval this long makes the completer write only when a batch ends (each
+#: batch takes far less): the design before issue 12, measured beside the streaming one.
+BATCH_END = 60.0
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -141,6 +147,8 @@ def sender_process(
     ready: Barrier,
     stop: Event,
     log_level: str | None = None,
+    flush_interval_s: float = DEFAULTS.sender_flush_interval_s,
+    stats: Queue[FlushStats] | None = None,
 ) -> None:
     if log_level:
         configure_logging(log_level, "json")  # to stderr, as deployed
@@ -162,11 +170,15 @@ def sender_process(
         lease_s=DEFAULTS.delivery_lease_s,
         schedule_config=ScheduleConfig.from_settings(DEFAULTS),
         batch_size=batch, concurrency=concurrency, owns_provider=True,
+        flush_interval_s=flush_interval_s,
+        flush_max=batch if flush_interval_s >= BATCH_END else DEFAULTS.sender_flush_max,
     )  # fmt: skip
     ready.wait()
     while not stop.is_set():
         if not sender.run_once(datetime.now(UTC)).processed:
             time.sleep(0.005)
+    if stats is not None:
+        stats.put(sender.flush_stats())
     sender.close()
     engine.dispose()
 
@@ -183,17 +195,31 @@ def run_pipeline(
     provider_url: str | None = None,
     extra_pids: tuple[int, ...] = (),
     log_level: str | None = None,
-) -> tuple[float, dict[str, float]]:
-    """Occurrences per second from start until all `n` are `sent`, and the CPU time per
-    occurrence (microseconds) of each kind of process over that span."""
+    flush_interval_s: float = DEFAULTS.sender_flush_interval_s,
+) -> Run:
+    """Occurrences per second from start until all `n` are `sent`, the CPU time per
+    occurrence (microseconds) of each kind of process over that span, and the senders'
+    completer figures."""
     seed(engine, n)
     ctx = mp.get_context("spawn")
     ready = ctx.Barrier(senders + 2)
     stop = ctx.Event()
+    stats: Queue[FlushStats] = ctx.Queue()
     procs = [ctx.Process(target=coordinator_process, args=(url, n, ready))] + [
         ctx.Process(
             target=sender_process,
-            args=(url, str(profiles), provider_url, batch, concurrency, ready, stop, log_level),
+            args=(
+                url,
+                str(profiles),
+                provider_url,
+                batch,
+                concurrency,
+                ready,
+                stop,
+                log_level,
+                flush_interval_s,
+                stats,
+            ),
         )
         for _ in range(senders)
     ]
@@ -223,9 +249,32 @@ def run_pipeline(
         k: cpu_used(cpu_before.get(k, {}), cpu_seconds(v)) / n * 1e6 for k, v in groups.items()
     }
     stop.set()
+    flushes = [stats.get(timeout=60) for _ in range(senders)]
     for p in procs:
         p.join(30)
-    return n / elapsed, cpu_us
+    return Run(n / elapsed, cpu_us, flushes)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pipeline run: occurrences/s, CPU µs per occurrence by kind of process, and
+    each sender's completer figures."""
+
+    rate: float
+    cpu_us: dict[str, float]
+    flushes: list[FlushStats]
+
+    def flush_line(self) -> str:
+        """Mean flush size, mean interval between flush starts (per sender) and mean
+        wait from a provider's answer to its commit."""
+        n = sum(f.flushes for f in self.flushes)
+        results = sum(f.results for f in self.flushes)
+        intervals = [f.mean_interval_s for f in self.flushes if f.flushes > 1]
+        wait = sum(f.wait_s for f in self.flushes) / results if results else 0.0
+        interval = sum(intervals) / len(intervals) if intervals else 0.0
+        return (f"{n:,} flushes, mean {results / n if n else 0:.1f} outcomes each,"
+                f" every {interval * 1e3:.1f} ms per sender; answer -> commit"
+                f" {wait * 1e3:.1f} ms mean")  # fmt: skip
 
 
 RAW_STEPS = [
@@ -351,25 +400,32 @@ def main() -> None:
         )
         print(f"raw-SQL reference (same row mutations, set-based): {raw:8,.0f}/s")
         for batch in args.batch:
-            shape = dict(senders=args.senders, batch=batch, log_level=args.log_level)
-            memory, memory_cpu = run_pipeline(engine, url, profiles, n, concurrency=1, **shape)
-            over_http, http_cpu = run_pipeline(
-                engine, url, profiles, n, concurrency=args.concurrency, provider_url=fake_url,
-                extra_pids=(fake.pid,), **shape,
-            )  # fmt: skip
             default = " (the default)" if batch == DEFAULTS.sender_batch_size else ""
             print(f"-- SENDER_BATCH_SIZE={batch}{default}")
-            print(f"end to end, in-process provider:                   {memory:8,.0f}/s"
-                  f"   ratio {memory / raw:.3f}   (target >= 5,000/s)")  # fmt: skip
-            print(f"end to end, fake provider over HTTP:               {over_http:8,.0f}/s"
-                  f"   ratio {over_http / raw:.3f}   (target >= 1,500/s;"
-                  f" {args.concurrency} calls in flight per sender)")  # fmt: skip
-            for label, cpu in (("in-process", memory_cpu), ("over HTTP", http_cpu)):
-                parts = ", ".join(f"{k} {v:,.0f}" for k, v in cpu.items() if v)
-                total = sum(cpu.values())
-                print(f"CPU per occurrence, {label} (µs): {parts}; total {total:,.0f}"
-                      f" -> at most {(os.cpu_count() or 1) * 1e6 / total:,.0f}/s on"
-                      f" {os.cpu_count()} cores")  # fmt: skip
+            for label, http in (("in-process provider", False), ("fake provider over HTTP", True)):
+                shape = dict(
+                    senders=args.senders, batch=batch, log_level=args.log_level,
+                    concurrency=args.concurrency if http else 1,
+                    provider_url=fake_url if http else None,
+                    extra_pids=(fake.pid,) if http else (),
+                )  # fmt: skip
+                target = "1,500" if http else "5,000"
+                runs = {}
+                for mode, interval in (("streaming", DEFAULTS.sender_flush_interval_s),
+                                       ("batch end", BATCH_END)):  # fmt: skip
+                    runs[mode] = run = run_pipeline(
+                        engine, url, profiles, n, flush_interval_s=interval, **shape
+                    )
+                    print(f"end to end, {label}, completion {mode:>9}: {run.rate:8,.0f}/s"
+                          f"   ratio {run.rate / raw:.3f}   (target >= {target}/s)")  # fmt: skip
+                    print(f"    completer: {run.flush_line()}")
+                    parts = ", ".join(f"{k} {v:,.0f}" for k, v in run.cpu_us.items() if v)
+                    total = sum(run.cpu_us.values())
+                    print(f"    CPU per occurrence (µs): {parts}; total {total:,.0f}"
+                          f" -> at most {(os.cpu_count() or 1) * 1e6 / total:,.0f}/s on"
+                          f" {os.cpu_count()} cores")  # fmt: skip
+                ratio = runs["streaming"].rate / runs["batch end"].rate
+                print(f"    streaming / batch-end completion: {ratio:.3f}")
         engine.dispose()
     finally:
         fake.terminate()

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Row
 
 from reminder_core.db.queries import id_array, json_rows, query
 from reminder_core.domain.recurrence import Schedule, next_occurrence
-from reminder_core.domain.states import DeliveryStatus, ReminderStatus
+from reminder_core.domain.states import ReminderStatus
 from reminder_core.errors import InvalidSchedule
 from reminder_core.profiles import Profile
 from reminder_core.scheduling import ScheduleConfig, build_schedule, zone_for
@@ -46,33 +46,6 @@ def zone_or_none(timezone: str | None, profile: Profile | None) -> ZoneInfo | No
     except InvalidSchedule:
         return None
 
-
-def record_terminal(
-    conn: Connection,
-    *,
-    reminder_id: uuid.UUID,
-    user_id: str,
-    run_time_utc: datetime,
-    status: DeliveryStatus,
-    error: str,
-    now: datetime,
-) -> bool:
-    """Insert a terminal row for an occurrence that has none; False if one exists.
-
-    Side effects: one INSERT in the caller's transaction.
-    """
-    result = conn.execute(
-        query("delivery_record_terminal"),
-        {
-            "reminder_id": reminder_id,
-            "user_id": user_id,
-            "run_time_utc": run_time_utc,
-            "status": status.value,
-            "error": error,
-            "now": now,
-        },
-    )
-    return bool(result.rowcount)
 
 
 @dataclass(frozen=True, slots=True)

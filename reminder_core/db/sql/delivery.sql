@@ -20,22 +20,6 @@ WHERE reminder_id = :reminder_id AND status = 'sending' AND run_time_utc >= :fro
 ORDER BY run_time_utc DESC
 LIMIT 1;
 
--- name: delivery_begin
--- Take the occurrence: insert it as `sending`, or take over a `sending` row whose lease
--- expired (its worker died) or was released after a transient error. Returns no row when
--- another worker holds a live lease or the occurrence is already terminal.
-INSERT INTO delivery_log AS d
-    (reminder_id, user_id, run_time_utc, status, attempt_count, locked_at, lease_token,
-     created_at, updated_at)
-VALUES
-    (:reminder_id, :user_id, :run_time_utc, 'sending', 0, :now, :lease_token, :now, :now)
-ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
-SET locked_at = EXCLUDED.locked_at,
-    lease_token = EXCLUDED.lease_token,
-    updated_at = EXCLUDED.updated_at
-WHERE d.status = 'sending' AND (d.locked_at IS NULL OR d.locked_at <= :lease_expired_before)
-RETURNING id, attempt_count;
-
 -- name: delivery_status
 SELECT status FROM delivery_log WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc;
 
@@ -45,53 +29,11 @@ SELECT greatest(0, extract(epoch FROM locked_at + make_interval(secs => :lease_s
 FROM delivery_log
 WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc AND status = 'sending';
 
--- name: delivery_record_terminal
--- Record an occurrence that ends without a provider call (cancelled, superseded); an
--- existing row (e.g. already `sent`) is left as it is.
-INSERT INTO delivery_log
-    (reminder_id, user_id, run_time_utc, status, error, created_at, updated_at)
-VALUES (:reminder_id, :user_id, :run_time_utc, :status, :error, :now, :now)
-ON CONFLICT (reminder_id, run_time_utc) DO NOTHING;
-
--- name: delivery_complete
--- Fenced completion: a worker whose lease was taken over changes nothing.
-UPDATE delivery_log
-SET status = :status,
-    sent_at = :sent_at,
-    provider = :provider,
-    provider_message_id = :provider_message_id,
-    recipient = :recipient,
-    error = :error,
-    attempt_count = attempt_count + :attempts,
-    locked_at = NULL,
-    lease_token = NULL,
-    updated_at = :now
-WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
-  AND status = 'sending';
-
 -- name: delivery_pin_provider
 -- Record, while still sending, the provider an ambiguous attempt may have reached (a
 -- worker that takes the row over after a crash sends there too, with the same key).
 UPDATE delivery_log
 SET provider = :provider
-WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
-  AND status = 'sending';
-
--- name: delivery_heartbeat
--- Extend the lease of a row being worked on (with the message's visibility timeout).
-UPDATE delivery_log
-SET locked_at = :now
-WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
-  AND status = 'sending';
-
--- name: delivery_release
--- Give the lease back after a transient error so the next receive retries at once.
-UPDATE delivery_log
-SET locked_at = NULL,
-    lease_token = NULL,
-    error = :error,
-    attempt_count = attempt_count + :attempts,
-    updated_at = :now
 WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
   AND status = 'sending';
 
@@ -137,7 +79,10 @@ FROM reminders
 WHERE id = ANY(CAST(:ids AS uuid[]));
 
 -- name: delivery_begin_batch
--- delivery_begin for many occurrences (keys must be distinct). Returns the rows taken;
+-- Take each occurrence (keys must be distinct): insert it as `sending`, or take over a
+-- `sending` row whose lease expired (its worker died) or was released after a transient
+-- error; an occurrence another worker holds under a live lease, or already terminal, is
+-- not taken. Returns the rows taken;
 -- the lease token tells which request took which row. `taken_over` is true for a row
 -- that was `sending` under a lease that ended without a heartbeat (its sender died,
 -- maybe after the provider accepted the email: a possible duplicate), false for a new
@@ -178,9 +123,9 @@ SELECT t.id, t.lease_token, t.provider,
 FROM taken AS t;
 
 -- name: delivery_record_terminal_batch
--- delivery_record_terminal for many occurrences (keys distinct); returns the rows
--- recorded. An occurrence that already has a row keeps it, except that a `cancelled` or
--- `suppressed` outcome ends a `sending` row nobody holds any more (its sender stopped and
+-- Record occurrences that end without a provider call (cancelled, superseded,
+-- suppressed, missed; keys distinct); returns the rows recorded. An occurrence that
+-- already has a row keeps it, except that a `cancelled` or `suppressed` outcome ends a `sending` row nobody holds any more (its sender stopped and
 -- its lease ended before :lease_expired_before): the reminder no longer wants that
 -- occurrence, and no one else would finish the row (the reaper would call it `failed`).
 INSERT INTO delivery_log
@@ -243,7 +188,7 @@ JOIN jsonb_to_recordset(CAST(:rows AS jsonb))
 WHERE d.updated_at = :now AND d.status = u.status AND d.lease_token IS NULL;
 
 -- name: delivery_heartbeat_batch
--- delivery_heartbeat for every row a sender holds.
+-- Extend the lease of every row a sender holds (with the messages' visibility timeout).
 UPDATE delivery_log AS d
 SET locked_at = :now
 FROM jsonb_to_recordset(CAST(:rows AS jsonb))
