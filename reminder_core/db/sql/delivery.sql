@@ -125,8 +125,9 @@ FROM taken AS t;
 -- name: delivery_record_terminal_batch
 -- Record occurrences that end without a provider call (cancelled, superseded,
 -- suppressed, missed; keys distinct); returns the rows recorded. An occurrence that
--- already has a row keeps it, except that a `cancelled` or `suppressed` outcome ends a `sending` row nobody holds any more (its sender stopped and
--- its lease ended before :lease_expired_before): the reminder no longer wants that
+-- already has a row keeps it, except that a `cancelled` or `suppressed` outcome ends a
+-- `sending` row nobody holds any more (its sender stopped and its lease ended before
+-- :lease_expired_before): the reminder no longer wants that
 -- occurrence, and no one else would finish the row (the reaper would call it `failed`).
 INSERT INTO delivery_log
     (reminder_id, user_id, run_time_utc, status, error, created_at, updated_at)
