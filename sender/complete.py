@@ -259,11 +259,10 @@ class Completer:
                 ),
                 reraise=True,
             )
-            retried = False
             for attempt in retrying:
                 with attempt:
-                    recorded = self._write(rows, now, check_earlier=retried)
-                    retried = True
+                    again = attempt.retry_state.attempt_number > 1
+                    recorded = self._write(rows, now, check_earlier=again)
         return [Recorded(r, not _writes(r) or r.begun.delivery_id in recorded) for r in results]
 
     def _write(

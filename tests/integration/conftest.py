@@ -1,4 +1,5 @@
-"""Fixtures of the API tests: a settable clock and a TestClient on the app under test."""
+"""Fixtures of the integration tests: a settable clock and a TestClient on the app under
+test; the PostgreSQL queue and the counting provider of the sender tests."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from tests.integration.api_support import NOW, Clock, build_app
+from tests.support.sending import CountingProvider
 
 
 @pytest.fixture
@@ -21,3 +24,15 @@ def clock() -> Clock:
 def client(db: Engine, settings: Settings, clock: Clock) -> Iterator[TestClient]:
     with TestClient(build_app(settings, db, clock)) as c:
         yield c
+
+
+@pytest.fixture
+def queue(db: Engine) -> PostgresQueue:
+    """The PostgreSQL queue `reminders` (maximum receive count 5)."""
+    return PostgresQueue(db, name="reminders", max_receive_count=5)
+
+
+@pytest.fixture
+def provider(settings: Settings) -> CountingProvider:
+    """The file sink in the test's MAIL_DIR, counting its calls."""
+    return CountingProvider(settings.effective_mail_dir)

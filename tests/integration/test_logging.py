@@ -36,16 +36,6 @@ NOW_ISO = "2030-01-01T12:00:00Z"
 
 
 @pytest.fixture
-def queue(db: Engine) -> PostgresQueue:
-    return PostgresQueue(db, name="reminders", max_receive_count=5)
-
-
-@pytest.fixture
-def provider(settings: Settings) -> CountingProvider:
-    return CountingProvider(settings.effective_mail_dir)
-
-
-@pytest.fixture
 def restore_logging() -> Iterator[None]:
     """Put the root logger and structlog back as they were after the test."""
     root = logging.getLogger()

@@ -12,7 +12,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
 from sqlalchemy import Engine, event, text
 
 from coordinator.service import Coordinator
@@ -23,52 +22,12 @@ from reminder_core.queue import PostgresQueue
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
-from sender.providers.file_sink import FileSinkProvider
 from sender.render import Renderer
 from sender.service import Outcome, Sender
 from tests.integration.helpers import insert_due_reminders
+from tests.support.sending import Clock, CountingProvider
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
-
-
-class CountingProvider:
-    """The file sink, with a call count and an optional pause or failure per call."""
-
-    name = "file"
-
-    def __init__(self, directory: Path, *, pause_s: float = 0.0) -> None:
-        self.inner = FileSinkProvider(directory)
-        self.calls: list[str] = []
-        self.pause_s = pause_s
-        self.fail_next: list[Exception] = []
-        self._lock = threading.Lock()
-
-    def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
-        with self._lock:
-            self.calls.append(idempotency_key)
-            failure = self.fail_next.pop(0) if self.fail_next else None
-        if failure is not None:
-            raise failure
-        time.sleep(self.pause_s)
-        return self.inner.send(email, idempotency_key=idempotency_key)
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def queue(db: Engine) -> PostgresQueue:
-    return PostgresQueue(db, name="reminders", max_receive_count=5)
-
-
-@pytest.fixture
-def provider(settings: Settings) -> CountingProvider:
-    return CountingProvider(settings.effective_mail_dir)
 
 
 def make_sender(

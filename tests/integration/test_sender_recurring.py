@@ -11,7 +11,6 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 from sqlalchemy import Engine, text
 
 from coordinator.service import Coordinator
@@ -28,16 +27,6 @@ from tests.integration.test_sender import Clock, CountingProvider
 
 def z(*args: int) -> datetime:
     return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
-
-
-@pytest.fixture
-def queue(db: Engine) -> PostgresQueue:
-    return PostgresQueue(db, name="reminders", max_receive_count=5)
-
-
-@pytest.fixture
-def provider(settings: Settings) -> CountingProvider:
-    return CountingProvider(settings.effective_mail_dir)
 
 
 def insert(

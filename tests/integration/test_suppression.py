@@ -36,16 +36,6 @@ DAY = timedelta(days=1)
 BODY = b'{"notificationType": "Bounce"}'
 
 
-@pytest.fixture
-def queue(db: Engine) -> PostgresQueue:
-    return PostgresQueue(db, name="reminders", max_receive_count=5)
-
-
-@pytest.fixture
-def provider(settings: Settings) -> CountingProvider:
-    return CountingProvider(settings.effective_mail_dir)
-
-
 def insert(
     db: Engine,
     user_id: str,
