@@ -57,10 +57,13 @@ class _ToTake:
 
 
 class _Batch:
-    """What one begin transaction decides, in the order it was decided."""
+    """One begin transaction (its connection, and `now`: aware UTC) and what it decides,
+    in the order it was decided."""
 
-    def __init__(self) -> None:
-        self.decided: list[Decided] = []
+    def __init__(self, conn: Connection, now: datetime, decided: list[Decided]) -> None:
+        self.conn = conn
+        self.now = now
+        self.decided = decided
         self.terminal: list[_Terminal] = []
         self.refused: list[tuple[uuid.UUID, datetime, Refusal]] = []
         self.to_take: list[_ToTake] = []
@@ -115,26 +118,26 @@ class Begin:
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed; nothing was committed.
         """
-        batch = _Batch()
-        live = self._with_profiles(received, batch)
+        decided: list[Decided] = []
+        live = self._with_profiles(received, decided)
         if not live:
-            return [], batch.decided
+            return [], decided
         with self._engine.begin() as conn:
+            batch = _Batch(conn, now, decided)
             ids = id_array({r.occurrence.reminder_id for r, _ in live})
             reminders = {r.id: r for r in conn.execute(query("reminders_for_send"), {"ids": ids})}
             blocked = refusals(conn, {p.email for _, p in live if p is not None})
             for r, profile in live:
                 refusal = blocked.get(profile.email) if profile is not None else None
-                self._decide(conn, batch, r, reminders.get(r.occurrence.reminder_id), profile,
-                             refusal, now)  # fmt: skip
-            self._record_terminal(conn, batch, now)
+                self._decide(batch, r, reminders.get(r.occurrence.reminder_id), profile, refusal)
+            self._record_terminal(batch)
             record_refusals(conn, batch.refused, now=now)  # pause (recurring) or fail
             if batch.to_take:
-                self._take(conn, batch, now)
+                self._take(batch)
         return batch.begun, batch.decided
 
     def _with_profiles(
-        self, received: Sequence[Received], batch: _Batch
+        self, received: Sequence[Received], decided: list[Decided]
     ) -> list[tuple[Received, Profile | None]]:
         """Each occurrence with its user's profile (one read per user); a profile service
         that cannot answer hands the message back for a backoff."""
@@ -149,20 +152,18 @@ class Begin:
                     cache[user_id] = exc
             found = cache[user_id]
             if isinstance(found, InfrastructureError):
-                batch.decided.append(retry_decision(self.retry, r, found, provider=None))
+                decided.append(retry_decision(self.retry, r, found, provider=None))
             else:
                 live.append((r, found))
         return live
 
     def _decide(
         self,
-        conn: Connection,
         batch: _Batch,
         r: Received,
         reminder: Row[Any] | None,
         profile: Profile | None,
         refusal: Refusal | None,
-        now: datetime,
     ) -> None:
         """Decide one occurrence against its reminder as read now (rules: class doc)."""
         occ = r.occurrence
@@ -170,7 +171,7 @@ class Begin:
             log.error("delivery dropped: unknown reminder", extra=_fields(r))
             batch.decided.append(Decided.of(r, Outcome.DROPPED))
         elif occ.replay:
-            self._decide_replay(conn, batch, r, reminder, profile, refusal, now)
+            self._decide_replay(batch, r, reminder, profile, refusal)
         elif (
             reminder.status == ReminderStatus.PAUSED
             and reminder.next_run_utc == occ.run_time_utc
@@ -196,21 +197,19 @@ class Begin:
             )  # fmt: skip
             batch.refused.append((occ.reminder_id, occ.run_time_utc, refusal))
         else:
-            self._apply_misfire(conn, batch, r, reminder, profile, now)
+            self._apply_misfire(batch, r, reminder, profile)
 
     def _decide_replay(
         self,
-        conn: Connection,
         batch: _Batch,
         r: Received,
         reminder: Row[Any],
         profile: Profile | None,
         refusal: Refusal | None,
-        now: datetime,
     ) -> None:
         """A replay sends exactly the occurrence it names, unless its reminder was
         cancelled or paused meanwhile, or its recipient is suppressed."""
-        occ = r.occurrence
+        occ, conn, now = r.occurrence, batch.conn, batch.now
         if reminder.status in (ReminderStatus.CANCELLED, ReminderStatus.PAUSED):
             conn.execute(
                 query("delivery_cancel_replay"),
@@ -230,19 +229,13 @@ class Begin:
             batch.to_take.append(_ToTake(r, reminder, profile, zone, occ.run_time_utc))
 
     def _apply_misfire(
-        self,
-        conn: Connection,
-        batch: _Batch,
-        r: Received,
-        reminder: Row[Any],
-        profile: Profile | None,
-        now: datetime,
+        self, batch: _Batch, r: Received, reminder: Row[Any], profile: Profile | None
     ) -> None:
         """Pick what to send of what is already due (misfire policy, DESIGN §3); record
         the older occurrences `missed`; a reminder with nothing left to send moves on."""
-        occ = r.occurrence
+        occ, conn, now = r.occurrence, batch.conn, batch.now
         zone = zone_or_none(reminder.timezone, profile)
-        plan = self._plan(conn, reminder, r, zone, now)
+        plan = self._plan(batch, reminder, r, zone)
         for missed in plan.missed:
             log.info("delivery missed", extra=delivery_fields(occ.reminder_id, missed, None, None))
             batch.terminal.append(
@@ -260,15 +253,10 @@ class Begin:
             batch.to_take.append(_ToTake(r, reminder, profile, zone, plan.send))
 
     def _plan(
-        self,
-        conn: Connection,
-        reminder: Row[Any],
-        r: Received,
-        zone: ZoneInfo | None,
-        now: datetime,
+        self, batch: _Batch, reminder: Row[Any], r: Received, zone: ZoneInfo | None
     ) -> MisfirePlan:
         """Which due occurrence to send now, and which to record as missed."""
-        occ = r.occurrence
+        occ, conn, now = r.occurrence, batch.conn, batch.now
         due = [occ.run_time_utc]
         if reminder.rrule is not None and zone is not None and now > occ.run_time_utc:
             try:
@@ -290,12 +278,13 @@ class Begin:
             reminder.misfire_policy, due, now=now, max_lateness_s=reminder.max_lateness_s
         )
 
-    def _record_terminal(self, conn: Connection, batch: _Batch, now: datetime) -> None:
+    def _record_terminal(self, batch: _Batch) -> None:
         """Record the terminal occurrences (one statement, in key order, one row per key:
         an upsert may not touch a row twice); an occurrence that already has a row is a
         DUPLICATE (e.g. `sent` by the first copy)."""
         if not batch.terminal:
             return
+        conn, now = batch.conn, batch.now
         distinct: dict[tuple[uuid.UUID, datetime], _Terminal] = {}
         for t in sorted(batch.terminal, key=lambda t: (t.reminder_id, t.run_time_utc)):
             distinct.setdefault((t.reminder_id, t.run_time_utc), t)
@@ -330,10 +319,11 @@ class Begin:
                 outcome = Outcome.CANCELLED
             batch.decided.append(Decided.of(t.received, outcome))
 
-    def _take(self, conn: Connection, batch: _Batch, now: datetime) -> None:
+    def _take(self, batch: _Batch) -> None:
         """Insert (or take over) the delivery rows of `batch.to_take` as `sending` under
         fresh lease tokens, in key order (two senders lock the same rows in the same
         order); decide BUSY / DUPLICATE for those that could not be taken."""
+        conn, now = batch.conn, batch.now
         batch.to_take.sort(key=lambda t: (t.received.occurrence.reminder_id, t.chosen))
         tokens: dict[uuid.UUID, _ToTake] = {}
         seen: set[tuple[uuid.UUID, datetime]] = set()
@@ -364,7 +354,7 @@ class Begin:
         for token, t in tokens.items():
             row = taken.get(token)
             if row is None:
-                batch.decided.append(self._not_taken(conn, t, now))
+                batch.decided.append(self._not_taken(batch, t))
                 continue
             batch.begun.append(
                 Begun(received=t.received, reminder=t.reminder, profile=t.profile, zone=t.zone,
@@ -372,9 +362,9 @@ class Begin:
                       pinned=row.provider, taken_over=row.taken_over)
             )  # fmt: skip
 
-    def _not_taken(self, conn: Connection, t: _ToTake, now: datetime) -> Decided:
+    def _not_taken(self, batch: _Batch, t: _ToTake) -> Decided:
         """The occurrence is held by another worker (BUSY) or already terminal."""
-        occ = t.received.occurrence
+        occ, conn, now = t.received.occurrence, batch.conn, batch.now
         params = {"reminder_id": occ.reminder_id, "run_time_utc": t.chosen}
         status = conn.execute(query("delivery_status"), params).scalar_one_or_none()
         if status == DeliveryStatus.SENDING:

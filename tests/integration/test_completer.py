@@ -1,8 +1,9 @@
 """The sender's streaming completer (issue 12, "How we will check it"): outcomes written
 by time and by count while the batch's other sends go on, a kill -9 between a provider's
 answer and the flush loses at most that flush's outcomes, a flush that fails is retried
-without recording twice, the lease token still fences, and a takeover of a dead sender's
-row is counted as a possible duplicate.
+without recording twice (fencing by the lease token: test_sender.py's
+test_completion_is_fenced_by_the_lease_token, on the same streaming path), and a
+takeover of a dead sender's row is counted as a possible duplicate.
 
 Expected values come from the issue's text and docs/design.md, "Sender": a flush starts
 as soon as an outcome waits and the previous flush started `flush_interval_s` ago, or at
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,14 +32,13 @@ from coordinator.service import Coordinator
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
-from sender.service import Outcome, Sender
+from sender.service import Sender
 from tests.integration.helpers import insert_due_reminders
 from tests.integration.test_sender import (
     NOW,
     claim,
     make_sender,
     one,
-    receive_one,
 )
 from tests.support.sending import Clock, CountingProvider
 from tests.support.workloads import child_env, wait_until
@@ -155,6 +156,26 @@ def test_flush_max_outcomes_are_written_without_waiting_for_the_interval(
     assert (sender.flush_stats().flushes, sender.flush_stats().results) == (3, 5)
 
 
+@contextmanager
+def failing_flushes(db: Engine, when: str, times: int, reason: str) -> Iterator[list[str]]:
+    """The completer's first `times` flush statements on `db` fail with a broken
+    connection, `when` ("before_cursor_execute": before the server ran it;
+    "after_cursor_execute": after it ran and, in autocommit, committed)."""
+    failed: list[str] = []
+
+    def fail(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        del conn, cursor, parameters, context, executemany
+        if "streaming completer's flush" in statement and len(failed) < times:
+            failed.append(statement)
+            raise OperationalError(statement, {}, Exception(reason))
+
+    event.listen(db, when, fail)
+    try:
+        yield failed
+    finally:
+        event.remove(db, when, fail)
+
+
 def test_a_flush_whose_commit_was_not_acknowledged_is_not_recorded_twice(
     db, queue, settings, provider
 ) -> None:
@@ -167,19 +188,8 @@ def test_a_flush_whose_commit_was_not_acknowledged_is_not_recorded_twice(
     sender = make_sender(
         db, queue, settings, provider, lambda: NOW + timedelta(microseconds=next(tick))
     )
-    failed: list[str] = []
-
-    def break_after(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        del conn, cursor, parameters, context, executemany
-        if "streaming completer's flush" in statement and not failed:
-            failed.append(statement)
-            raise OperationalError(statement, {}, Exception("server closed the connection"))
-
-    event.listen(db, "after_cursor_execute", break_after)
-    try:
+    with failing_flushes(db, "after_cursor_execute", 1, "server closed the connection") as failed:
         assert sender.run_once(NOW).counts == {"sent": 2}
-    finally:
-        event.remove(db, "after_cursor_execute", break_after)
     assert failed  # the failure did happen
     with db.connect() as conn:
         rows = conn.execute(text("SELECT status, attempt_count FROM delivery_log")).all()
@@ -191,42 +201,11 @@ def test_a_flush_that_fails_before_writing_is_retried(db, queue, settings, provi
     insert_due_reminders(db, 1, next_run_utc=NOW)
     claim(db, queue)
     sender = make_sender(db, queue, settings, provider)
-    failures: list[str] = []
-
-    def break_before(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        del conn, cursor, parameters, context, executemany
-        if "streaming completer's flush" in statement and len(failures) < 2:
-            failures.append(statement)
-            raise OperationalError(statement, {}, Exception("connection refused"))
-
-    event.listen(db, "before_cursor_execute", break_before)
-    try:
+    with failing_flushes(db, "before_cursor_execute", 2, "connection refused") as failed:
         assert sender.run_once(NOW).counts == {"sent": 1}
-    finally:
-        event.remove(db, "before_cursor_execute", break_before)
-    assert len(failures) == 2
+    assert len(failed) == 2
     row = one(db, "SELECT status, attempt_count, lease_token FROM delivery_log")
     assert (row.status, row.attempt_count, row.lease_token) == ("sent", 1, None)
-
-
-def test_a_streaming_flush_still_leaves_a_taken_over_row_to_its_holder(db, queue, settings) -> None:
-    # The lease token fences each flushed row (DESIGN §4.3): a row taken over while this
-    # sender was in the provider call is the new holder's to record.
-    insert_due_reminders(db, 1, next_run_utc=NOW)
-    claim(db, queue)
-
-    class Hijack(CountingProvider):
-        def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
-            with db.begin() as conn:
-                conn.execute(text("UPDATE delivery_log SET lease_token = gen_random_uuid()"))
-            return super().send(email, idempotency_key=idempotency_key)
-
-    sender = make_sender(db, queue, settings, Hijack(settings.effective_mail_dir))
-    assert sender.handle(receive_one(queue), NOW) == Outcome.BUSY
-    row = one(db, "SELECT status, lease_token IS NULL AS released FROM delivery_log")
-    assert (row.status, row.released) == ("sending", False)
-    with db.connect() as conn:  # and the reminder was not moved on by the stale sender
-        assert conn.execute(text("SELECT status FROM reminders")).scalar_one() == "claimed"
 
 
 def possible_duplicates(provider: str) -> float:

@@ -536,9 +536,9 @@ def test_a_withdrawn_occurrence_that_an_earlier_attempt_touched_keeps_its_row(
     _, sender = changing_sender(db, queue, settings, CANCEL_THE_OTHERS)
     original = sender.begin._take
 
-    def take_with_an_earlier_attempt(conn, batch, now) -> None:  # type: ignore[no-untyped-def]
-        original(conn, batch, now)
-        conn.execute(text("UPDATE delivery_log SET attempt_count = 1, provider = 'file'"))
+    def take_with_an_earlier_attempt(batch) -> None:  # type: ignore[no-untyped-def]
+        original(batch)
+        batch.conn.execute(text("UPDATE delivery_log SET attempt_count = 1, provider = 'file'"))
 
     sender.begin._take = take_with_an_earlier_attempt  # type: ignore[method-assign]
     assert sender.run_once(NOW).counts == {"sent": 1, "released": 1}
