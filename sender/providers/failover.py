@@ -366,19 +366,9 @@ class FailoverProvider:
             PermanentDeliveryError: the provider refused the message; not retried, not
                 failed over.
         """
-        pinned = self.pinned_provider(idempotency_key)
+        pinned = self._pinned_member(idempotency_key)
         if pinned is not None:
-            member = next((m for m in self._members if m.name == pinned), None)
-            if member is not None:
-                return self._send_pinned(member, email, idempotency_key)
-            log.warning(
-                "key %s pinned to unknown provider %s; ignored",
-                idempotency_key,
-                pinned,
-                extra={"provider": pinned, "idempotency_key": idempotency_key},
-            )
-            self.unpin(idempotency_key)
-
+            return self._send_pinned(pinned, email, idempotency_key)
         failures: list[str] = []
         waits: list[float | None] = []
         last: BaseException | None = None
@@ -415,6 +405,23 @@ class FailoverProvider:
         raise TransientDeliveryError(
             "no provider took the message: " + "; ".join(failures), retry_after_s=retry_after
         ) from last
+
+    def _pinned_member(self, key: str) -> _Member | None:
+        """The member `key` is pinned to; a pin to a provider not configured (any more) is
+        dropped with a warning."""
+        pinned = self.pinned_provider(key)
+        if pinned is None:
+            return None
+        member = next((m for m in self._members if m.name == pinned), None)
+        if member is None:
+            log.warning(
+                "key %s pinned to unknown provider %s; ignored",
+                key,
+                pinned,
+                extra={"provider": pinned, "idempotency_key": key},
+            )
+            self.unpin(key)
+        return member
 
     def _send_pinned(self, member: _Member, email: OutgoingEmail, key: str) -> SendReceipt:
         """Retry `key` on the provider that may already hold it; never fail over. Any

@@ -100,6 +100,14 @@ def dot_stuff(message: bytes) -> bytes:
     return data + b".\r\n"
 
 
+class _Session:
+    """One send's SMTP connection and the step under way (a failure's classification)."""
+
+    def __init__(self) -> None:
+        self.stage: Stage = "connect"
+        self.smtp: smtplib.SMTP | None = None
+
+
 class _Reply(Exception):
     def __init__(self, stage: Stage, code: int, text: bytes | str) -> None:
         super().__init__(stage, code)
@@ -201,60 +209,69 @@ class SmtpProvider:
         mime = build_mime(email, idempotency_key=idempotency_key, now=self._clock(), domain=domain)
         message_id = str(mime["Message-ID"])
         payload = dot_stuff(mime.as_bytes(policy=SMTP_POLICY))
-        stage: Stage = "connect"
-        smtp: smtplib.SMTP | None = None
+        session = _Session()
         try:
-            # Connects and reads the greeting (SMTPConnectError unless 220); the host given
-            # here is also the name STARTTLS verifies the certificate against.
-            smtp = smtplib.SMTP(
-                self._host,
-                self._port,
-                local_hostname=self._local_hostname,
-                timeout=self._connect_timeout_s,
-            )
-            assert smtp.sock is not None
-            smtp.sock.settimeout(self._timeout_s)
-            stage = "ehlo"
-            smtp.ehlo_or_helo_if_needed()
-            stage = "starttls"
-            tls = self._start_tls(smtp)
-            stage = "auth"
-            self._login(smtp, tls=tls)
-            stage = "mail"
-            options = ["SMTPUTF8"] if not (mail_from + rcpt_to).isascii() else []
-            code, text = smtp.mail(mail_from, options)
-            if code != 250:
-                raise _Reply("mail", code, text)
-            stage = "rcpt"
-            code, text = smtp.rcpt(rcpt_to)
-            if code not in (250, 251):
-                raise _Reply("rcpt", code, text)
-            stage = "data"
-            smtp.putcmd("data")
-            code, text = smtp.getreply()
-            if code != 354:
-                raise _Reply("data", code, text)
-            smtp.send(payload)
-            stage = "message"  # from here on the server may have the whole message
-            code, text = smtp.getreply()
-            if code != 250:
-                raise _Reply("message", code, text)
+            self._transact(session, mail_from, rcpt_to, payload)
         except _Reply as exc:
             raise classify_smtp_reply(exc.stage, exc.code, exc.text) from exc
         except smtplib.SMTPResponseException as exc:  # greeting, EHLO, STARTTLS, AUTH refusals
-            raise classify_smtp_reply(stage, exc.smtp_code, _text(exc.smtp_error)) from exc
+            raise classify_smtp_reply(session.stage, exc.smtp_code, _text(exc.smtp_error)) from exc
         except (smtplib.SMTPServerDisconnected, OSError) as exc:  # incl. timeouts and TLS
-            if stage == "message":
+            if session.stage == "message":
                 raise TransientDeliveryError(
                     f"{self.name}: no reply after the end of data: {exc}", ambiguous=True
                 ) from exc
-            raise TransientDeliveryError(f"{self.name}: {stage}: {exc!r}") from exc
+            raise TransientDeliveryError(f"{self.name}: {session.stage}: {exc!r}") from exc
         except smtplib.SMTPException as exc:  # no STARTTLS / AUTH offered
-            raise TransientDeliveryError(f"{self.name}: {stage}: {exc}") from exc
+            raise TransientDeliveryError(f"{self.name}: {session.stage}: {exc}") from exc
         finally:
-            if smtp is not None:
-                _quit(smtp)
+            if session.smtp is not None:
+                _quit(session.smtp)
         return SendReceipt(provider=self.name, provider_message_id=message_id)
+
+    def _transact(self, session: _Session, mail_from: str, rcpt_to: str, payload: bytes) -> None:
+        """One SMTP transaction on a new connection, `session.stage` naming the step
+        under way (what a failure is classified by).
+
+        Raises:
+            _Reply: an unexpected reply to MAIL, RCPT, DATA or the end of data.
+            smtplib.SMTPException / OSError: as smtplib raises them.
+        """
+        # Connects and reads the greeting (SMTPConnectError unless 220); the host given
+        # here is also the name STARTTLS verifies the certificate against.
+        smtp = session.smtp = smtplib.SMTP(
+            self._host,
+            self._port,
+            local_hostname=self._local_hostname,
+            timeout=self._connect_timeout_s,
+        )
+        assert smtp.sock is not None
+        smtp.sock.settimeout(self._timeout_s)
+        session.stage = "ehlo"
+        smtp.ehlo_or_helo_if_needed()
+        session.stage = "starttls"
+        tls = self._start_tls(smtp)
+        session.stage = "auth"
+        self._login(smtp, tls=tls)
+        session.stage = "mail"
+        options = ["SMTPUTF8"] if not (mail_from + rcpt_to).isascii() else []
+        code, text = smtp.mail(mail_from, options)
+        if code != 250:
+            raise _Reply("mail", code, text)
+        session.stage = "rcpt"
+        code, text = smtp.rcpt(rcpt_to)
+        if code not in (250, 251):
+            raise _Reply("rcpt", code, text)
+        session.stage = "data"
+        smtp.putcmd("data")
+        code, text = smtp.getreply()
+        if code != 354:
+            raise _Reply("data", code, text)
+        smtp.send(payload)
+        session.stage = "message"  # from here on the server may have the whole message
+        code, text = smtp.getreply()
+        if code != 250:
+            raise _Reply("message", code, text)
 
     def _start_tls(self, smtp: smtplib.SMTP) -> bool:
         if self._starttls == "off":
