@@ -11,7 +11,8 @@ Resend-compatible server (tests/support/fake_provider.py) in its own process, wh
 accepts each Idempotency-Key once, as Resend documents, and counts the calls that carried
 a key it had already accepted (`duplicates`). Due reminders are inserted with SQL for
 volume. Timeouts are shortened through the environment so that recovery (visibility
-timeout, delivery lease, claim reaper) takes seconds.
+timeout, delivery lease, claim reaper) takes seconds. The system under test, its checks
+and the kill storm are shared with test_crash_duplicates.py (tests/support/rig.py).
 
 Expected values come from DESIGN §4: at-least-once through the queue, exactly-once effect
 at a provider that honours the key (§4.3), every due occurrence in exactly one terminal
@@ -23,12 +24,10 @@ SIGTERM, within its grace period, losing nothing. The idempotency key is
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,142 +38,29 @@ from sqlalchemy import Engine, create_engine, text
 
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
+from tests.support.rig import (
+    APPS,
+    GRACE_S,
+    SECRET,
+    USER,
+    Rig,
+    assert_each_sent_once,
+    kill_storm,
+    report,
+)
 from tests.support.workloads import (
-    HOST,
-    FakeProviderProcess,
     OwnedPostgres,
-    Workloads,
-    child_env,
-    connected_applications,
-    free_port,
     fresh_database,
     insert_due,
     key_of,
-    migrate,
     occurrence_rows,
     progress,
-    provider_figures,
-    settled_or_none,
     wait_until,
     waiting_on_lock,
     whole_second,
 )
 
-SECRET = "chaos-" + "s" * 48
-USER = "chaos"
-GRACE_S = 5.0  # SHUTDOWN_GRACE_S of every workload in these tests
 EXIT_SLACK_S = 2.0  # interpreter teardown after the loops have stopped
-
-#: Small timeouts so that recovery happens within seconds (brief of issue 4's checks).
-FAST_RECOVERY = {
-    "VISIBILITY_TIMEOUT_S": "3",
-    "DELIVERY_LEASE_S": "4",
-    "CLAIM_TIMEOUT_S": "6",
-    "ABANDON_AFTER_S": "6",
-    "MAINTENANCE_POLL_INTERVAL_S": "1",
-    "SENDER_POLL_INTERVAL_S": "0.1",
-    "COORDINATOR_POLL_INTERVAL_S": "0.2",
-    "SWEEPER_POLL_INTERVAL_S": "0.5",
-    "OUTBOX_GRACE_S": "2",
-    "SHUTDOWN_GRACE_S": str(GRACE_S),
-    "RETRY_BASE_S": "0.1",
-    "PROVIDER_CONNECT_TIMEOUT_S": "2",
-    "PROVIDER_READ_TIMEOUT_S": "10",
-}
-
-APPS = {
-    "coordinator": "reminders-coordinator",
-    "sweeper": "reminders-sweeper",
-    "sender": "reminders-sender",
-    "maintenance": "reminders-maintenance",
-    "api": "reminders-api",
-}
-
-
-@dataclass
-class Rig:
-    """One system under test: a database, the fake provider, the workload processes."""
-
-    workdir: Path
-    url: str
-    engine: Engine
-    provider: FakeProviderProcess = field(init=False)
-    procs: Workloads = field(init=False)
-    api_port: int = field(init=False, default=0)
-
-    def __post_init__(self) -> None:
-        (self.workdir / "profiles.json").write_text(
-            json.dumps({USER: {"email": "chaos@example.com", "timezone": "UTC"}})
-        )
-        self.provider = FakeProviderProcess(self.workdir)
-        env = child_env(
-            {
-                "DATABASE_URL": self.url,
-                "JWT_SECRET": SECRET,
-                "STATE_DIR": str(self.workdir / "state"),
-                "PROFILES_FILE": str(self.workdir / "profiles.json"),
-                "MAIL_DIR": str(self.workdir / "mail"),
-                "EMAIL_PROVIDER": "resend",
-                "RESEND_API_URL": self.provider.url,
-                "RESEND_API_KEY": "test-key",
-                **FAST_RECOVERY,
-            }
-        )
-        self.procs = Workloads(env, self.workdir)
-
-    def configure(self, **values: str) -> None:
-        """Settings for processes started from now on."""
-        self.procs.env.update(values)
-
-    def migrate(self) -> None:
-        migrate(self.procs.env)
-
-    def start(self, *names: str) -> None:
-        for name in names:
-            if name.startswith("api"):
-                self.api_port = free_port()
-                self.procs.start(name, "api", "--port", str(self.api_port))
-            else:
-                self.procs.start(name)
-
-    @property
-    def api(self) -> str:
-        return f"http://{HOST}:{self.api_port}"
-
-    def api_ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.api}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def wait_connected(self, *workloads: str, timeout: float = 60) -> None:
-        """Until a session of each workload is open on the database (it runs its loop)."""
-        wanted = {APPS[w] for w in workloads}
-        wait_until(
-            lambda: wanted <= connected_applications(self.engine) or self._crashed(),
-            timeout,
-            f"{', '.join(sorted(workloads))} to connect",
-        )
-        self._crashed()
-
-    def _crashed(self) -> bool:
-        dead = self.procs.dead()
-        assert not dead, f"exited on their own: {dead}\n" + "\n".join(
-            self.procs.log_tail(n) for n in dead
-        )
-        return False
-
-    def wait_settled(self, expected: int, timeout: float) -> float:
-        """Until every occurrence is in a terminal state and the system is idle."""
-        try:
-            return wait_until(settled_or_none(self.engine, expected), timeout, "the run to settle")
-        except AssertionError:
-            self._crashed()
-            raise AssertionError(f"not settled: {progress(self.engine)}") from None
-
-    def close(self) -> None:
-        self.procs.close()
-        self.provider.close()
 
 
 @pytest.fixture
@@ -191,31 +77,6 @@ def rig(tmp_path: Path, e2e_db: tuple[str, Engine]) -> Iterator[Rig]:
         yield system
     finally:
         system.close()
-
-
-def assert_each_sent_once(rig: Rig, due: dict[str, datetime]) -> dict[str, Any]:
-    """Every occurrence in `due`: reminder `completed`, exactly one delivery row, `sent`;
-    the provider accepted exactly these keys, each once. Returns the figures."""
-    rows = occurrence_rows(rig.engine)
-    wrong = {rid: rows.get(rid) for rid in due if rows.get(rid) != ("completed", ["sent"])}
-    assert not wrong, (
-        f"{len(wrong)} occurrences not sent exactly once, e.g. {list(wrong.items())[:5]}"
-    )
-    stats = rig.provider.stats()
-    figures = provider_figures(stats)
-    expected = {key_of(rid, at) for rid, at in due.items()}
-    assert figures["accepted_keys"] == expected, (
-        f"missing {len(expected - figures['accepted_keys'])}, "
-        f"unexpected {len(figures['accepted_keys'] - expected)}"
-    )
-    assert len(stats["messages"]) == len(figures["accepted_keys"])  # one message per key
-    figures["duplicates"] = stats["duplicates"]
-    figures["expected_keys"] = expected
-    return figures
-
-
-def report(title: str, **values: Any) -> None:
-    print(f"\n[{title}] " + ", ".join(f"{k}={v}" for k, v in values.items()), flush=True)
 
 
 # --------------------------------------------------------------------------- 1. crash
@@ -239,19 +100,15 @@ def test_kill_9_chaos_loses_nothing_and_duplicates_nothing(rig: Rig) -> None:
     due = insert_due(
         rig.engine, USER, CRASH_OCCURRENCES, first_due=whole_second(0.5), spread_s=CHAOS_SPREAD_S
     )
-    started = time.monotonic()
-
-    kills: dict[str, int] = dict.fromkeys(CHAOS_TARGETS, 0)
     rng = random.Random()
-    while time.monotonic() - started < CHAOS_S:  # bounded: the loop stops itself
-        time.sleep(rng.uniform(0.2, 0.6))
-        # A process still importing (about 2 s on a loaded machine) has nothing in flight:
-        # pick among those that have been in their loop for a moment.
-        ready = [n for n in CHAOS_TARGETS if rig.procs.working_for(n) >= 0.5]
-        if ready:
-            victim = rng.choice(ready)
-            rig.procs.restart(victim)
-            kills[victim] += 1
+    kills = kill_storm(
+        rig,
+        CHAOS_TARGETS,
+        lambda ready: rng.choice(ready) if ready else None,
+        rng=rng,
+        gap_s=(0.2, 0.6),
+        seconds=CHAOS_S,
+    )
     during = progress(rig.engine)
     settle_s = rig.wait_settled(CRASH_OCCURRENCES, timeout=150)
 

@@ -1,7 +1,8 @@
 """A fake email provider: a real local HTTP server speaking the Resend API.
 
 It records every request, accepts each Idempotency-Key once (a repeat returns the first
-message id and sends nothing, as Resend documents), and injects faults on demand:
+message id and sends nothing, as Resend documents) unless told not to deduplicate, and
+injects faults on demand:
 
     POST /_faults  {"faults": [{"kind": "500"}, {"kind": "429", "retry_after": 2}, ...],
                     "always": null | {"kind": ...}, "latency_s": 0}
@@ -9,10 +10,21 @@ message id and sends nothing, as Resend documents), and injects faults on demand
            (answered with that status, nothing accepted), "latency" (+ seconds),
            "timeout" (+ seconds: answer only after that long), "drop" (close without
            answering)
-    GET  /_stats   {"accepted": n, "duplicates": n, "requests": [...]} (per request: key,
-                    status, at), "messages": [...] (per accepted key: id, key, from, to,
-                    subject, text, html, authorization, at)
+    POST /_mode    {"dedupe": false}: like SES or SMTP, every call is a new email with a
+                    new message id, a key already accepted included (answered 200, its
+                    request's status "resent"); {"dedupe": true} is the default, kept
+                    across /_faults, undone by /_reset
+    GET  /_stats   {"accepted": n (keys), "duplicates": n (calls that carried a key
+                    already accepted, in either mode), "dedupe": bool, "requests": [...]
+                    (per request: key, status, at), "messages": [...] (per accepted key,
+                    then per resent email: id, key, from, to, subject, text, html,
+                    authorization, at, client_gone)}
     POST /_reset
+
+The latency (`latency_s`, a "latency" fault) passes before a message is accepted, as it
+would at a provider that sends once it has done its work: a client killed meanwhile still
+has its email sent. `client_gone` says that its client had closed the connection by the
+time the message was accepted: it never learnt of the email.
 
 Run in a thread (`FakeProvider().start()`) or as a process:
 `python -m tests.support.fake_provider --port 8025`.
@@ -22,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import select
 import socket
 import threading
 import time
@@ -42,6 +55,8 @@ class State:
         self.faults: list[dict[str, Any]] = []
         self.always: dict[str, Any] | None = None
         self.latency_s = 0.0
+        self.dedupe = True
+        self.resent: list[dict[str, Any]] = []  # emails of keys already accepted (no dedupe)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -73,9 +88,10 @@ class Handler(BaseHTTPRequestHandler):
         state = self.server.state
         if self.path == "/_stats":
             with state.lock:
+                messages = [*state.accepted.values(), *state.resent]
                 self._json(200, {"accepted": len(state.accepted), "duplicates": state.duplicates,
-                                 "requests": list(state.requests),
-                                 "messages": list(state.accepted.values())})  # fmt: skip
+                                 "dedupe": state.dedupe, "requests": list(state.requests),
+                                 "messages": messages})  # fmt: skip
             return
         self._json(404, {"message": "not found"})
 
@@ -93,6 +109,12 @@ class Handler(BaseHTTPRequestHandler):
                 state.always = body.get("always")
                 state.latency_s = float(body.get("latency_s") or 0)
             self._json(200, {})
+            return
+        if self.path == "/_mode":
+            body = self._body()
+            with state.lock:
+                state.dedupe = bool(body.get("dedupe", True))
+            self._json(200, {"dedupe": state.dedupe})
             return
         if self.path != "/emails":
             self._json(404, {"message": "not found"})
@@ -124,21 +146,39 @@ class Handler(BaseHTTPRequestHandler):
             record["status"] = status
             self._json(status, {"name": "fault", "message": f"injected {kind}"}, headers)
             return
+        client_gone = self._client_gone()
         with state.lock:
-            if key and key in state.accepted:
+            first = state.accepted.get(key) if key else None
+            if first is not None:
                 state.duplicates += 1
-                message = state.accepted[key]
+            if first is not None and state.dedupe:
+                message = first
                 record["status"] = "duplicate"
             else:
                 message = {"id": str(uuid.uuid4()), "key": key, "to": payload.get("to"),
                            "subject": payload.get("subject"), "at": time.time(),
                            "from": payload.get("from"), "text": payload.get("text"),
                            "html": payload.get("html"),
-                           "authorization": self.headers.get("Authorization")}  # fmt: skip
-                if key:
-                    state.accepted[key] = message
-                record["status"] = 200
+                           "authorization": self.headers.get("Authorization"),
+                           "client_gone": client_gone}  # fmt: skip
+                if first is not None:
+                    state.resent.append(message)
+                    record["status"] = "resent"
+                else:
+                    if key:
+                        state.accepted[key] = message
+                    record["status"] = 200
         self._json(200, {"id": message["id"]})
+
+    def _client_gone(self) -> bool:
+        """The client has closed its end (a killed process): the connection reads as EOF.
+        A client waits for this answer before it writes again, so anything readable now
+        is the close."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
 
 class FakeServer(ThreadingHTTPServer):

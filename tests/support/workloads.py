@@ -232,6 +232,11 @@ class FakeProviderProcess:
         response = self.client.post("/_faults", json={"faults": list(faults), "always": always})
         response.raise_for_status()
 
+    def set_dedupe(self, dedupe: bool) -> None:
+        """POST /_mode: with False, every call is a new email with a new message id, as
+        at SES or an SMTP server (calls with a key already accepted are still counted)."""
+        self.client.post("/_mode", json={"dedupe": dedupe}).raise_for_status()
+
     def close(self) -> None:
         self.client.close()
         _killpg(self.proc)

@@ -1,0 +1,206 @@
+"""Emails sent twice after a sender's kill -9, at a provider that does not deduplicate
+(issue 12).
+
+Issue 12 measured, through the separate workloads on the PostgreSQL queue, the Resend
+adapter against the fake provider, 2,000 one-time reminders and 30 random kill -9s (20 of
+them senders): nothing lost and no key accepted twice by the fake (it honours the
+Idempotency-Key), but requests re-sent a key the provider had already accepted, 0.8 and
+3.1 per sender kill in two runs with the fake answering in 50 ms (as SES and Resend do).
+At SES or an SMTP server, which keep no key, each of those is a second email in someone's
+inbox. Its check, automated here: the same storm against the fake in its no-dedupe mode
+(tests/support/fake_provider.py, `/_mode`), answering in 50 ms: nothing lost, every
+occurrence in exactly one terminal state, and re-sent accepted keys at most
+MAX_RESENT_PER_SENDER_KILL per sender kill on average over several runs.
+
+The fake lets its latency pass before it accepts a message, so a re-sent key was
+accepted while the sender that called had not recorded the answer yet. It also notes
+whether that sender had already gone (killed while the call was under way): the figures
+split re-sent keys into those (`resent_in_flight`) and those whose answer had reached a
+live sender (`resent_answered`).
+
+CRASH_DUPLICATES_RUNS=N repeats the storm N times in one invocation (each on a fresh
+database, provider and set of processes) and asserts on the mean of the per-run figures;
+CI runs it once.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.rig import USER, Rig, assert_each_sent_once, kill_storm, report
+from tests.support.workloads import fresh_database, insert_due, progress, whole_second
+
+#: Issue 12, "How we will check it": re-sent accepted keys at most 0.5 per sender kill on
+#: average over several runs, the provider answering in 50 ms, quiet or loaded (measured
+#: 0.8 and 3.1 when the issue was filed).
+MAX_RESENT_PER_SENDER_KILL = 0.5
+
+OCCURRENCES = 2000
+PROVIDER_LATENCY_S = 0.05  # SES and Resend answer in about 50 ms (issue 12)
+KILLS = 30  # kill -9s per storm, about two thirds of them senders (issue 12)
+SENDER_SHARE = 2 / 3  # the chance that a kill picks a sender
+SENDERS = ("sender-1", "sender-2")
+OTHERS = ("coordinator", "sweeper")
+GAP_S = (0.4, 0.9)  # pause before each kill (none when the group drawn is still starting)
+#: Due times spread over the storm, so work keeps arriving during it. A workload takes
+#: 3-6 s to start on 2 loaded cores and a victim must be in its loop, so 30 kills take
+#: some 45-60 s.
+SPREAD_S = 40
+STORM_MAX_S = 75.0  # the storm ends after this even short of KILLS
+SETTLE_TIMEOUT_S = 150.0
+RUN_TIMEOUT_S = 240  # per run: start-up, storm, settling, teardown
+
+RUNS = int(os.environ.get("CRASH_DUPLICATES_RUNS") or "1")
+
+
+@dataclass(frozen=True)
+class StormFigures:
+    kills: dict[str, int]
+    sender_kills: int
+    resent: int
+    resent_in_flight: int
+    resent_answered: int
+    storm_s: float
+    settle_s: float
+
+    @property
+    def per_sender_kill(self) -> float:
+        return self.resent / self.sender_kills
+
+
+def sender_weighted(rng: random.Random) -> Callable[[list[str]], str | None]:
+    """A kill_storm choice: a sender with probability SENDER_SHARE, else the coordinator
+    or the sweeper; no kill when none of the group drawn is ready."""
+
+    def choose(ready: list[str]) -> str | None:
+        group = SENDERS if rng.random() < SENDER_SHARE else OTHERS
+        candidates = [name for name in ready if name in group]
+        return rng.choice(candidates) if candidates else None
+
+    return choose
+
+
+def resent_split(stats: dict[str, Any]) -> tuple[int, int]:
+    """(re-sent keys whose previous acceptance came after its sender had gone, those
+    whose previous acceptance was answered to a live sender), from the fake's messages
+    (every key's first, then each resent email, in the order accepted)."""
+    previous: dict[str, dict[str, Any]] = {}
+    in_flight = answered = 0
+    for message in stats["messages"]:
+        before = previous.get(message["key"])
+        if before is not None:
+            if before["client_gone"]:
+                in_flight += 1
+            else:
+                answered += 1
+        previous[message["key"]] = message
+    return in_flight, answered
+
+
+def storm(rig: Rig, rng: random.Random, run: int) -> StormFigures:
+    """One storm on a fresh rig: the separate workloads, OCCURRENCES reminders due over
+    the storm, KILLS kill -9s, each victim restarted; then every occurrence checked."""
+    rig.provider.client.post("/_faults", json={"latency_s": PROVIDER_LATENCY_S}).raise_for_status()
+    rig.provider.set_dedupe(False)
+    load_before = os.getloadavg()[0]
+    rig.migrate()
+    rig.start("coordinator", "sweeper", "maintenance", *SENDERS)
+    rig.wait_connected("coordinator", "sweeper", "maintenance", "sender")
+    due = insert_due(rig.engine, USER, OCCURRENCES, first_due=whole_second(0.5), spread_s=SPREAD_S)
+    started = time.monotonic()
+    kills = kill_storm(
+        rig,
+        (*OTHERS, *SENDERS),
+        sender_weighted(rng),
+        rng=rng,
+        gap_s=GAP_S,
+        seconds=STORM_MAX_S,
+        max_kills=KILLS,
+    )
+    storm_s = time.monotonic() - started
+    settle_s = rig.wait_settled(OCCURRENCES, timeout=SETTLE_TIMEOUT_S)
+
+    figures = assert_each_sent_once(rig, due, provider_dedupes=False)  # 0 lost, one row each
+    final = progress(rig.engine)
+    assert final.reminders == {"completed": OCCURRENCES}
+    assert final.deliveries == {"sent": OCCURRENCES}
+    stats = rig.provider.stats()
+    in_flight, answered = resent_split(stats)
+    assert in_flight + answered == stats["duplicates"]
+    result = StormFigures(
+        kills=kills,
+        sender_kills=sum(kills[s] for s in SENDERS),
+        resent=stats["duplicates"],
+        resent_in_flight=in_flight,
+        resent_answered=answered,
+        storm_s=storm_s,
+        settle_s=settle_s,
+    )
+    assert result.sender_kills >= KILLS // 3, f"too few sender kills for a figure: {kills}"
+    report(
+        f"crash duplicates, run {run}/{RUNS}",
+        kills=kills,
+        total_kills=sum(kills.values()),
+        sender_kills=result.sender_kills,
+        resent_accepted_keys=result.resent,
+        resent_in_flight=in_flight,
+        resent_answered=answered,
+        resent_per_sender_kill=round(result.per_sender_kill, 2),
+        storm_s=round(storm_s, 1),
+        settled_s_after_storm=round(settle_s, 1),
+        provider_calls=sum(figures["calls"].values()),
+        calls_by_status=figures["by_status"],
+        dead_letters=final.dead_letters,
+        load_1m_before=round(load_before, 2),
+        load_1m_after=round(os.getloadavg()[0], 2),
+    )
+    return result
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(RUN_TIMEOUT_S * RUNS)
+def test_kill_9_storm_resends_few_accepted_keys(admin_url: str, tmp_path: Path) -> None:
+    """2,000 occurrences through coordinator, sweeper, maintenance and two senders, the
+    Resend adapter against a fake that keeps no key and answers in 50 ms, while one of
+    coordinator, sweeper and the senders (a sender two times in three) is killed with
+    SIGKILL every second or two and restarted, 30 times: every occurrence is delivered and
+    recorded `sent` once (DESIGN §4.3, §4.4), and the provider receives a key it already
+    accepted at most MAX_RESENT_PER_SENDER_KILL times per sender kill, on average over
+    CRASH_DUPLICATES_RUNS runs (issue 12)."""
+    assert RUNS >= 1, f"CRASH_DUPLICATES_RUNS={RUNS}"
+    rng = random.Random()
+    runs: list[StormFigures] = []
+    for run in range(1, RUNS + 1):
+        workdir = tmp_path / f"run-{run}"
+        workdir.mkdir()
+        with fresh_database(admin_url, "reminders_crash_dup") as (url, engine):
+            rig = Rig(workdir, url, engine)
+            try:
+                runs.append(storm(rig, rng, run))
+            finally:
+                rig.close()
+
+    mean = statistics.fmean(r.per_sender_kill for r in runs)
+    report(
+        "crash duplicates",
+        runs=RUNS,
+        resent_per_sender_kill_by_run=[round(r.per_sender_kill, 2) for r in runs],
+        mean_resent_per_sender_kill=round(mean, 2),
+        threshold=MAX_RESENT_PER_SENDER_KILL,
+        resent_by_run=[r.resent for r in runs],
+        sender_kills_by_run=[r.sender_kills for r in runs],
+    )
+    assert mean <= MAX_RESENT_PER_SENDER_KILL, (
+        f"{mean:.2f} re-sent accepted keys per sender kill (runs: "
+        f"{[round(r.per_sender_kill, 2) for r in runs]}), issue 12 allows "
+        f"{MAX_RESENT_PER_SENDER_KILL}"
+    )
