@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from reminder_core.dlq import Unreached
     from reminder_core.runtime import Runtime
 
 app = typer.Typer(
@@ -122,34 +123,92 @@ def dlq_list(
         typer.echo(note, err=True)
 
 
+#: `dlq replay|purge`: dead letters another reader held invisible could not be reached
+#: (README, "Exit status"); running it again once the reader lets go finishes the job.
+EXIT_NOT_REACHED = 4
+#: Default of `--wait-s`: a dead-letter scan hides each letter for 30 s (the maintenance
+#: workload's and the `dlq` commands'; 30 s is also SQS's default VisibilityTimeout, which
+#: any other reader of the DLQ gets), plus 5 s.
+DEFAULT_WAIT_S = 35.0
+
+WaitS = Annotated[
+    float,
+    typer.Option(
+        "--wait-s",
+        min=0,
+        help="Seconds to wait, at most, for dead letters another reader holds invisible"
+        " (SQS), trying again every second; 0: do not wait. Still held then: exit status"
+        f" {EXIT_NOT_REACHED}.",
+    ),
+]
+
+
+def _waiting(held: int, left_s: float) -> None:
+    typer.echo(
+        f"waiting for {held} dead letter(s) held invisible by another reader (SQS hides a"
+        f" received message for its visibility timeout); {left_s:.0f} s left (--wait-s)",
+        err=True,
+    )
+
+
+def _exit_if_unreached(unreached: Unreached, *, by_id: bool) -> None:
+    """Print what was not reached on stderr and exit: 1 for ids not in the DLQ (first),
+    EXIT_NOT_REACHED for letters held by another reader."""
+    if unreached.held:
+        ids = f" ({', '.join(unreached.held_ids)})" if unreached.held_ids else ""
+        hint = " (an id still not found then is not in the dead-letter queue)" if by_id else ""
+        typer.echo(
+            f"error: not reachable now (held invisible by another reader): {unreached.held}"
+            f"{ids}; waited {unreached.waited_s:.0f} s; run it again once the reader lets go"
+            f"{hint}",
+            err=True,
+        )
+    if unreached.missing_ids:
+        typer.echo(
+            f"error: not in the dead-letter queue: {', '.join(unreached.missing_ids)}"
+            " (`reminders dlq list --json` shows the ids)",
+            err=True,
+        )
+        raise typer.Exit(1)
+    if unreached.held:
+        raise typer.Exit(EXIT_NOT_REACHED)
+
+
 @dlq.command("replay")
 def dlq_replay(
     ids: Annotated[
         list[str] | None, typer.Option("--id", help="Dead-letter id (repeatable); all if none.")
     ] = None,
+    wait_s: WaitS = DEFAULT_WAIT_S,
 ) -> None:
-    """Send dead letters back to the queue; an occurrence already sent is not sent again."""
+    """Send dead letters back to the queue; an occurrence already sent is not sent again.
+
+    Exit status: 0 done; 1 an id is not in the dead-letter queue;
+    4 dead letters held invisible by another reader (SQS) were not reached
+    within --wait-s: run it again once that reader lets go.
+    """
     from reminder_core.clock import utcnow
     from reminder_core.dlq import replay
 
     rt = _queue_runtime()
     try:
         report = replay(
-            rt.engine, rt.queue, ids or None, now=utcnow(), lease_s=rt.settings.delivery_lease_s
+            rt.engine,
+            rt.queue,
+            ids or None,
+            now=utcnow(),
+            lease_s=rt.settings.delivery_lease_s,
+            wait_s=wait_s,
+            progress=_waiting,
         )
     finally:
         rt.close()
     typer.echo(
         f"redriven: {report.redriven}; already delivered (dropped, not resent): "
-        f"{report.already_done}; not found: {report.missing}"
+        f"{report.already_done}; malformed (dropped): {report.malformed}; not found: "
+        f"{report.missing}; not reachable now: {report.unreached.held}"
     )
-    if report.missing:
-        typer.echo(
-            f"error: not in the dead-letter queue: {', '.join(report.missing_ids)}"
-            " (`reminders dlq list --json` shows the ids)",
-            err=True,
-        )
-        raise typer.Exit(1)
+    _exit_if_unreached(report.unreached, by_id=bool(ids))
 
 
 @dlq.command("purge")
@@ -158,8 +217,15 @@ def dlq_purge(
         list[str] | None, typer.Option("--id", help="Dead-letter id (repeatable).")
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Purge every dead letter.")] = False,
+    wait_s: WaitS = DEFAULT_WAIT_S,
 ) -> None:
-    """Delete dead letters (their occurrences stay recorded as failed)."""
+    """Delete dead letters (their occurrences stay recorded as failed).
+
+    Exit status: 0 done; 1 an id is not in the dead-letter queue; 2 neither --id
+    nor --all; 4 dead letters held invisible by another reader (SQS) were not
+    reached within --wait-s: run it again once that reader lets go.
+    """
+    from reminder_core.clock import utcnow
     from reminder_core.dlq import purge
 
     if not ids and not all_:
@@ -167,10 +233,13 @@ def dlq_purge(
         raise typer.Exit(2)
     rt = _queue_runtime()
     try:
-        count = purge(rt.queue, None if all_ else ids)
+        report = purge(
+            rt.queue, None if all_ else ids, now=utcnow(), wait_s=wait_s, progress=_waiting
+        )
     finally:
         rt.close()
-    typer.echo(f"purged: {count}")
+    typer.echo(f"purged: {report.purged}")
+    _exit_if_unreached(report.unreached, by_id=not all_)
 
 
 suppressions_cli = typer.Typer(

@@ -27,11 +27,19 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class QueueDepth:
-    """Approximate counts: visible now, in flight or delayed, and in the dead-letter queue."""
+    """Approximate counts: visible now, in flight or delayed, and in the dead-letter queue.
+
+    Attributes:
+        dead_lettered_held: of the dead letters, those a reader holds invisible now, which
+            no other reader can receive until its hold ends (SQS: the DLQ's
+            ApproximateNumberOfMessagesNotVisible; PostgreSQL: always 0, a dead letter is
+            never hidden).
+    """
 
     visible: int
     not_visible: int
     dead_lettered: int
+    dead_lettered_held: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +127,13 @@ class Queue(Protocol):
         """Remember that these dead letters' occurrences were recorded `failed`."""
         ...
 
-    def redrive(self, message_ids: Sequence[str], *, now: datetime) -> int:
+    def redrive(self, message_ids: Sequence[str], *, now: datetime) -> list[str]:
         """Move dead letters back to the queue, visible at once and marked as a replay;
-        returns how many moved."""
+        returns the ids moved (an id not in the DLQ, or held by another reader on SQS, is
+        not)."""
         ...
 
-    def delete_dead_letters(self, message_ids: Sequence[str] | None) -> int:
-        """Delete these dead letters (None: all of them); returns how many."""
+    def delete_dead_letters(self, message_ids: Sequence[str] | None) -> list[str]:
+        """Delete these dead letters (None: all of them a reader can reach); returns the
+        ids deleted."""
         ...

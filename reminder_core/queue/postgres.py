@@ -146,22 +146,26 @@ class PostgresQueue:
                 {"queue": self.name, "ids": [int(i) for i in message_ids], "now": now},
             )
 
-    def redrive(self, message_ids: Sequence[str], *, now: datetime) -> int:
+    def redrive(self, message_ids: Sequence[str], *, now: datetime) -> list[str]:
         if not message_ids:
-            return 0
+            return []
         with self._engine.begin() as conn:
-            return conn.execute(
+            rows = conn.execute(
                 query("dlq_redrive"),
                 {"queue": self.name, "ids": [int(i) for i in message_ids], "now": now},
-            ).rowcount
+            ).scalars()
+            return [str(i) for i in rows]
 
-    def delete_dead_letters(self, message_ids: Sequence[str] | None) -> int:
+    def delete_dead_letters(self, message_ids: Sequence[str] | None) -> list[str]:
+        if message_ids is not None and not message_ids:
+            return []
         with self._engine.begin() as conn:
             if message_ids is None:
-                return conn.execute(query("dlq_purge_all"), {"queue": self.name}).rowcount
-            return conn.execute(
-                query("dlq_delete"), {"queue": self.name, "ids": [int(i) for i in message_ids]}
-            ).rowcount
+                rows = conn.execute(query("dlq_purge_all"), {"queue": self.name}).scalars()
+            else:
+                ids = [int(i) for i in message_ids]
+                rows = conn.execute(query("dlq_delete"), {"queue": self.name, "ids": ids}).scalars()
+            return [str(i) for i in rows]
 
 
 def _body(raw: str) -> dict[str, Any]:

@@ -33,7 +33,9 @@ cannot change after the send. So:
   `dead_letter_hold_s` so the scan sees it once, then makes the ones it does not act on
   visible again (visibility 0). Two scans at the same moment (a maintenance tick and an
   operator's `reminders dlq list`) may each miss what the other holds; a missed letter is
-  seen by the next scan.
+  seen by the next scan. `depth().dead_lettered_held` (the DLQ's
+  ApproximateNumberOfMessagesNotVisible) counts the letters held at that moment, so that
+  `reminders dlq replay|purge` can tell "none left" from "held by another reader".
 - `dead_letters(unrecorded_only=True)` keeps the letters it returns hidden (held) for
   `dead_letter_hold_s`: a lease, so that two maintenance workers do not record the same
   letter, and the handles that `mark_dead_letters_recorded` then uses. A letter that is
@@ -49,10 +51,10 @@ cannot change after the send. So:
   once its receive count exceeds it, so it was delivered exactly that many times.
   `dead_lettered_at` is None: SQS records no such instant (it keeps the original enqueue
   timestamp on the move; AWS SQS Developer Guide, "dead-letter queue retention").
-- `redrive` sends each body with `"replay": true` to the source queue (visible at once,
-  receive count starting from zero, as the PostgreSQL backend's dlq_redrive), then
-  deletes the letter. SQS's own StartMessageMoveTask is not used: it moves every message
-  unchanged and cannot mark a replay.
+- `redrive` sends each body marked as a replay (`messages.as_replay`) to the source
+  queue (visible at once, receive count starting from zero, as the PostgreSQL backend's
+  dlq_redrive), then deletes the letter. SQS's own StartMessageMoveTask is not used: it
+  moves every message unchanged and cannot mark a replay.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from reminder_core.errors import InfrastructureError, QueueNotFound
+from reminder_core.messages import as_replay
 from reminder_core.queue.base import DeadLetter, Message, QueueDepth
 
 if TYPE_CHECKING:
@@ -469,7 +472,8 @@ class SqsQueue:
 
     def depth(self, *, now: datetime) -> QueueDepth:  # noqa: ARG002  # SQS counts now
         """Approximate counts from GetQueueAttributes (AWS: eventually consistent, about a
-        minute): visible; in flight plus delayed; every message of the DLQ."""
+        minute): visible; in flight plus delayed; every message of the DLQ, and those of
+        them a reader holds (the DLQ's ApproximateNumberOfMessagesNotVisible)."""
         main = self._counts(self._url())
         dead = self._counts(self._dlq()[0])
         return QueueDepth(
@@ -477,6 +481,7 @@ class SqsQueue:
             not_visible=main["ApproximateNumberOfMessagesNotVisible"]
             + main["ApproximateNumberOfMessagesDelayed"],
             dead_lettered=sum(dead.values()),
+            dead_lettered_held=dead["ApproximateNumberOfMessagesNotVisible"],
         )
 
     # --- dead-letter queue -------------------------------------------------------------
@@ -531,37 +536,35 @@ class SqsQueue:
         message_ids: Sequence[str],
         *,
         now: datetime,  # noqa: ARG002  # visible at once by SQS's clock
-    ) -> int:
-        """Send these letters' bodies, with `"replay": true`, to the queue (visible at
-        once), then delete them from the DLQ; returns how many were found and moved."""
+    ) -> list[str]:
+        """Send these letters' bodies, marked as a replay (`messages.as_replay`), to the
+        queue (visible at once), then delete them from the DLQ; returns the ids found and
+        moved (a letter another reader holds is not found)."""
         if not message_ids:
-            return 0
+            return []
         dlq_url, _ = self._dlq()
         letters = self._take(dlq_url, message_ids)
         entries: list[SendMessageBatchRequestEntryTypeDef] = [
-            {
-                "Id": str(i),
-                "MessageBody": json.dumps(_parse_body(letter.raw_body) | {"replay": True}),
-            }
+            {"Id": str(i), "MessageBody": json.dumps(as_replay(_parse_body(letter.raw_body)))}
             for i, letter in enumerate(letters)
         ]
         self._send(self._url(), entries)
         self._delete(dlq_url, [letter.receipt_handle for letter in letters])
-        return len(letters)
+        return [letter.letter_id for letter in letters]
 
-    def delete_dead_letters(self, message_ids: Sequence[str] | None) -> int:
-        """Delete these letters (None: every letter a scan finds); returns how many."""
+    def delete_dead_letters(self, message_ids: Sequence[str] | None) -> list[str]:
+        """Delete these letters (None: every letter a scan finds); returns their ids."""
         dlq_url, _ = self._dlq()
         if message_ids is None:
             with self._lock:
                 letters, self._held = list(self._held.values()), {}
             letters += self._scan(dlq_url)
         elif not message_ids:
-            return 0
+            return []
         else:
             letters = self._take(dlq_url, message_ids)
         self._delete(dlq_url, [letter.receipt_handle for letter in letters])
-        return len(letters)
+        return [letter.letter_id for letter in letters]
 
     # --- start --------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ CliRunner, real database)."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -171,3 +172,58 @@ def test_replay_leaves_a_row_held_under_a_live_lease_to_its_sender(db: Engine) -
     with db.connect() as conn:
         row = conn.execute(text("SELECT status, lease_token FROM delivery_log")).one()
     assert (row.status, row.lease_token) == ("sending", None)
+
+
+def test_replay_on_the_postgres_queue_reaches_letters_other_readers_are_reading(
+    db: Engine, env: dict[str, str]
+) -> None:
+    # Issue 12 on SQS: letters held invisible by another reader were silently skipped. The
+    # table queue hides no dead letter: the maintenance workload's read of the unrecorded
+    # ones locks them only for its transaction (dlq_unrecorded), and a plain SELECT is
+    # never blocked by a row lock, while an UPDATE of a locked row waits for the lock
+    # holder's transaction to end (PostgreSQL docs, "Row-Level Locks").
+    import threading
+
+    from reminder_core.dlq import replay
+    from reminder_core.queue import PostgresQueue
+
+    run_time = datetime(2030, 1, 1, 9, tzinfo=UTC)
+    queue = PostgresQueue(db, name="reminders", max_receive_count=5)
+    scanned = dead_letter(db, "00000000-0000-4000-8000-000000000001", run_time)
+    assert [d.message_id for d in queue.dead_letters(limit=10, unrecorded_only=True)] == [
+        str(scanned)
+    ]
+    assert queue.depth(now=run_time).dead_lettered_held == 0
+
+    replayed = CliRunner().invoke(app, ["dlq", "replay"], env=env)
+
+    assert replayed.exit_code == 0, replayed.output
+    assert "redriven: 1;" in replayed.stdout
+    assert "not reachable now: 0" in replayed.stdout
+    assert replayed.stderr == ""  # nothing held, nothing waited for
+    # An id that is not there is said so at once (with the default --wait-s of 35 s).
+    started = time.monotonic()
+    unknown = CliRunner().invoke(app, ["dlq", "purge", "--id", "999999"], env=env)
+    assert unknown.exit_code == 1, unknown.output
+    assert (unknown.stdout, unknown.stderr) == (
+        "purged: 0\n",
+        "error: not in the dead-letter queue: 999999 (`reminders dlq list --json` shows the ids)\n",
+    )
+    assert time.monotonic() - started < 10
+
+    locked = dead_letter(db, "00000000-0000-4000-8000-000000000002", run_time)
+    reports = []
+    with db.connect() as reader:
+        reader.execute(
+            text("SELECT id FROM queue_messages WHERE id = :i FOR UPDATE"), {"i": locked}
+        )
+        thread = threading.Thread(
+            target=lambda: reports.append(replay(db, queue, None, now=run_time, wait_s=0))
+        )
+        thread.start()
+        thread.join(timeout=1)
+        assert thread.is_alive()  # the redrive waits for the lock, it does not skip it
+        reader.commit()
+    thread.join(timeout=10)
+    (report,) = reports
+    assert (report.redriven, report.missing, report.unreached.held) == (1, 0, 0)

@@ -221,11 +221,14 @@ def test_a_queue_without_redrive_policy_is_refused_for_dead_letter_work(client: 
         client.delete_queue(QueueUrl=url)
 
 
-def dead_letter(queue: SqsQueue, n: int) -> None:
-    queue.send_batch([{"n": i} for i in range(n)], now=utcnow(), delays_s=[0] * n)
+def dead_letter(queue: SqsQueue, n: int, bodies: list[dict[str, Any]] | None = None) -> None:
+    """Send `bodies` (default: n bodies {"n": i}) and receive them until SQS moves them to
+    the DLQ (maxReceiveCount receives, then the one that finds the count reached)."""
+    bodies = [{"n": i} for i in range(n)] if bodies is None else bodies
+    queue.send_batch(bodies, now=utcnow(), delays_s=[0] * len(bodies))
     for _ in range(MAX_RECEIVES + 1):
         queue.receive(now=utcnow(), max_messages=10, visibility_timeout_s=0)
-    assert queue.depth(now=utcnow()).dead_lettered == n
+    assert queue.depth(now=utcnow()).dead_lettered == len(bodies)
 
 
 def test_unrecorded_dead_letters_are_held_from_another_worker(
@@ -367,10 +370,10 @@ def test_dead_letters_keep_their_send_order_when_recorded(queue: SqsQueue) -> No
     assert [d.body["n"] for d in queue.dead_letters(limit=1)] == [0]
 
 
-def test_dlq_list_prints_whole_ids_and_says_when_a_scan_missed_held_letters(
-    queue: SqsQueue, queues: tuple[str, str], moto_endpoint: str, database_url: str
-) -> None:
-    env = {
+@pytest.fixture
+def cli_env(queues: tuple[str, str], moto_endpoint: str, database_url: str) -> dict[str, str]:
+    """The environment of a `reminders` command run against `queues`."""
+    return {
         "DATABASE_URL": database_url,
         "QUEUE_URL": queues[0],
         "SQS_ENDPOINT_URL": moto_endpoint,
@@ -380,11 +383,15 @@ def test_dlq_list_prints_whole_ids_and_says_when_a_scan_missed_held_letters(
         "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
         "COLUMNS": "80",  # what the new-user trial had, ids cut to "556bd5f4-d…"
     }
+
+
+def test_dlq_list_prints_whole_ids_and_says_when_a_scan_missed_held_letters(
+    queue: SqsQueue, cli_env: dict[str, str]
+) -> None:
+    env = cli_env
     reminder_id = str(uuid.uuid4())
     body = {"reminder_id": reminder_id, "run_time_utc": "2030-01-01T09:00:00+00:00"}
-    queue.send_batch([body], now=utcnow(), delays_s=[0])
-    for _ in range(MAX_RECEIVES + 1):
-        queue.receive(now=utcnow(), max_messages=10, visibility_timeout_s=0)
+    dead_letter(queue, 1, [body])
     runner = CliRunner()
     listed = runner.invoke(app, ["dlq", "list", "--json"], env=env)
     assert listed.exit_code == 0, listed.output
@@ -403,3 +410,120 @@ def test_dlq_list_prints_whole_ids_and_says_when_a_scan_missed_held_letters(
     assert missed.exit_code == 0, missed.output
     assert json.loads(missed.stdout) == []
     assert missed.stderr.startswith("note: the dead-letter queue counts about 1 message(s)")
+
+
+def occurrence() -> dict[str, Any]:
+    """A well-formed occurrence message body (reminder_core.messages), of no reminder in
+    the database: a replay finds no delivery row, so it redrives the letter."""
+    return {
+        "reminder_id": str(uuid.uuid4()),
+        "run_time_utc": "2030-01-01T09:00:00+00:00",
+        "user_id": "alice",
+        "version": 1,
+    }
+
+
+def hold_dead_letters(client: Any, dlq_url: str, *, visibility_timeout_s: int) -> list[str]:
+    """Receive every dead letter as another reader would (the maintenance workload, another
+    `dlq` command, the AWS console): SQS hides each for `visibility_timeout_s` (AWS SQS
+    Developer Guide, "Amazon SQS visibility timeout"). Returns the receipt handles."""
+    messages = client.receive_message(
+        QueueUrl=dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=visibility_timeout_s
+    ).get("Messages", [])
+    return [m["ReceiptHandle"] for m in messages]
+
+
+@pytest.mark.timeout(60)
+def test_dlq_replay_waits_for_dead_letters_another_reader_holds(
+    client: Any, queue: SqsQueue, queues: tuple[str, str], cli_env: dict[str, str]
+) -> None:
+    # Issue 12: `dlq list --json` showed 2 dead letters, then `dlq replay` printed
+    # "redriven: 0; ... not found: 0" and exited 0 while another reader held them.
+    bodies = [occurrence(), occurrence()]
+    dead_letter(queue, 2, bodies)
+    runner = CliRunner()
+    listed = runner.invoke(app, ["dlq", "list", "--json"], env=cli_env)
+    assert len(json.loads(listed.stdout)) == 2
+    assert len(hold_dead_letters(client, queues[1], visibility_timeout_s=3)) == 2
+    # SQS counts a received message as not visible until its visibility timeout ends.
+    assert counts(client, queues[1]) == (0, 2, 0)
+
+    replayed = runner.invoke(app, ["dlq", "replay"], env=cli_env)
+
+    assert replayed.exit_code == 0, replayed.output
+    assert "redriven: 2;" in replayed.stdout
+    assert "2 dead letter(s) held invisible by another reader" in replayed.stderr
+    back = queue.receive(now=utcnow(), max_messages=10, visibility_timeout_s=30)
+    key = "reminder_id"
+    assert sorted((m.body for m in back), key=lambda b: b[key]) == sorted(
+        (b | {"replay": True} for b in bodies), key=lambda b: b[key]
+    )
+    assert counts(client, queues[1]) == (0, 0, 0)
+
+
+def test_dlq_replay_of_letters_still_held_says_so_and_exits_4(
+    client: Any, queue: SqsQueue, queues: tuple[str, str], cli_env: dict[str, str]
+) -> None:
+    dead_letter(queue, 2, [occurrence(), occurrence()])
+    runner = CliRunner()
+    ids = [
+        d["id"]
+        for d in json.loads(runner.invoke(app, ["dlq", "list", "--json"], env=cli_env).stdout)
+    ]
+    handles = hold_dead_letters(client, queues[1], visibility_timeout_s=60)
+    assert len(handles) == 2
+
+    every = runner.invoke(app, ["dlq", "replay", "--wait-s", "1"], env=cli_env)
+    assert every.exit_code == 4, every.output
+    assert "redriven: 0;" in every.stdout
+    assert "not reachable now (held invisible by another reader): 2" in every.stderr
+
+    # An id asked for is in the DLQ, held: not reachable, not "not in the dead-letter queue".
+    one = runner.invoke(app, ["dlq", "replay", "--id", ids[0], "--wait-s", "0"], env=cli_env)
+    assert one.exit_code == 4, one.output
+    assert f"not reachable now (held invisible by another reader): 1 ({ids[0]})" in one.stderr
+    assert "error: not in the dead-letter queue" not in one.stderr
+
+    # Nothing was lost: once the other reader lets go, both are there to replay.
+    client.change_message_visibility_batch(
+        QueueUrl=queues[1],
+        Entries=[
+            {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0}
+            for i, h in enumerate(handles)
+        ],
+    )
+    assert sorted(d.message_id for d in queue.dead_letters(limit=10)) == sorted(ids)
+
+
+def test_dlq_purge_of_letters_still_held_says_so_and_exits_4(
+    client: Any, queue: SqsQueue, queues: tuple[str, str], cli_env: dict[str, str]
+) -> None:
+    dead_letter(queue, 2, [occurrence(), occurrence()])
+    first = queue.dead_letters(limit=10)[0].message_id
+    runner = CliRunner()
+    assert len(hold_dead_letters(client, queues[1], visibility_timeout_s=60)) == 2
+
+    every = runner.invoke(app, ["dlq", "purge", "--all", "--wait-s", "1"], env=cli_env)
+    assert every.exit_code == 4, every.output
+    assert "purged: 0" in every.stdout
+    assert "not reachable now (held invisible by another reader): 2" in every.stderr
+
+    one = runner.invoke(app, ["dlq", "purge", "--id", first, "--wait-s", "0"], env=cli_env)
+    assert one.exit_code == 4, one.output
+    assert f"not reachable now (held invisible by another reader): 1 ({first})" in one.stderr
+    assert counts(client, queues[1]) == (0, 2, 0)  # both still in the DLQ
+
+
+@pytest.mark.timeout(60)
+def test_dlq_purge_waits_for_a_held_letter_it_was_asked_for(
+    client: Any, queue: SqsQueue, queues: tuple[str, str], cli_env: dict[str, str]
+) -> None:
+    dead_letter(queue, 2, [occurrence(), occurrence()])
+    (first, second) = (d.message_id for d in queue.dead_letters(limit=10))
+    assert len(hold_dead_letters(client, queues[1], visibility_timeout_s=2)) == 2
+
+    purged = CliRunner().invoke(app, ["dlq", "purge", "--id", first], env=cli_env)
+
+    assert purged.exit_code == 0, purged.output
+    assert purged.stdout == "purged: 1\n"
+    assert [d.message_id for d in queue.dead_letters(limit=10)] == [second]

@@ -91,12 +91,15 @@ SET dead_lettered = false,
     receipt_handle = NULL,
     visible_at = :now,
     body = body || '{"replay": true}'::jsonb
-WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered;
+WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered
+RETURNING id;
 
 -- name: dlq_delete
 DELETE FROM queue_messages
-WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered;
+WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered
+RETURNING id;
 
 -- name: dlq_purge_all
 DELETE FROM queue_messages
-WHERE queue_name = :queue AND dead_lettered;
+WHERE queue_name = :queue AND dead_lettered
+RETURNING id;
