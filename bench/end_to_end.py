@@ -152,6 +152,8 @@ def sender_process(
 ) -> None:
     if log_level:
         configure_logging(log_level, "json")  # to stderr, as deployed
+    if os.environ.get("BENCH_SWITCH_INTERVAL_S"):
+        sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL_S"]))
     engine = make_engine(url, pool_size=2)
     queue = PostgresQueue(engine, name="bench", max_receive_count=5)
     provider: Provider = (
@@ -173,10 +175,22 @@ def sender_process(
         flush_interval_s=flush_interval_s,
         flush_max=batch if flush_interval_s >= BATCH_END else DEFAULTS.sender_flush_max,
     )  # fmt: skip
+    profile = os.environ.get("BENCH_PROFILE")  # a directory: CPU profile of each sender
+    if profile:
+        import yappi  # not a dependency: install it to profile
+
+        yappi.set_clock_type("cpu")
+        yappi.start()
     ready.wait()
     while not stop.is_set():
         if not sender.run_once(datetime.now(UTC)).processed:
             time.sleep(0.005)
+    if profile:
+        yappi.stop()
+        out = Path(profile) / f"sender-{os.getpid()}-{flush_interval_s}.txt"
+        with out.open("w") as f:
+            yappi.get_func_stats().sort("tsub").print_all(out=f, columns={
+                0: ("name", 90), 1: ("ncall", 10), 2: ("tsub", 8), 3: ("ttot", 8)})  # fmt: skip
     if stats is not None:
         stats.put(sender.flush_stats())
     sender.close()
@@ -370,6 +384,12 @@ def main() -> None:
         help="provider calls in flight per sender over HTTP (default: SENDER_CONCURRENCY's)",
     )
     parser.add_argument(
+        "--providers",
+        type=lambda v: v.split(","),
+        default=["in-process", "http"],
+        help="which providers to run, comma-separated (default: in-process,http)",
+    )
+    parser.add_argument(
         "--log-level",
         help="configure JSON logging at this level in the senders (stderr; redirect it);"
         " default: logging not configured (only WARNING and up reach stderr)",
@@ -403,6 +423,8 @@ def main() -> None:
             default = " (the default)" if batch == DEFAULTS.sender_batch_size else ""
             print(f"-- SENDER_BATCH_SIZE={batch}{default}")
             for label, http in (("in-process provider", False), ("fake provider over HTTP", True)):
+                if ("http" if http else "in-process") not in args.providers:
+                    continue
                 shape = dict(
                     senders=args.senders, batch=batch, log_level=args.log_level,
                     concurrency=args.concurrency if http else 1,

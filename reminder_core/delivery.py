@@ -47,7 +47,6 @@ def zone_or_none(timezone: str | None, profile: Profile | None) -> ZoneInfo | No
         return None
 
 
-
 @dataclass(frozen=True, slots=True)
 class Advance:
     """A reminder to move past one occurrence (see `advance_reminder` for the rules).

@@ -27,7 +27,11 @@ from tenacity import (
 from reminder_core.db.queries import json_rows, query
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.metrics import COMPLETER_FLUSHED, COMPLETER_FLUSHES, COMPLETER_WAIT
-from sender.work import Outcome, SendResult, ShutdownRequested, log
+from sender.work import Outcome, SendResult, log
+
+#: Seconds without an outcome after which the completer gives its connection back to the
+#: pool (it keeps it across the batches of a busy sender: no checkout, no ping, per flush).
+IDLE_RELEASE_S = 1.0
 
 
 class FlushFailed(Exception):
@@ -39,10 +43,12 @@ class FlushFailed(Exception):
 @dataclass(frozen=True, slots=True)
 class Recorded:
     """A send whose outcome the completer wrote (or found it could not: `recorded` False
-    means the row's lease was taken over or the row was ended by someone else)."""
+    means the row's lease was taken over or the row was ended by someone else); with
+    `finished`, the flush also finished its one-time reminder (`delivery_record_batch`)."""
 
     result: SendResult
     recorded: bool
+    finished: bool = False  # its one-time reminder was finished by the same statement
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +87,7 @@ class Completer:
     least `flush_interval_s` ago, or at once when `flush_max` outcomes are waiting or the
     batch is over (`drain`): a lone answer is written within one statement's time, a busy
     sender writes at most one statement per interval. Each flush is one autocommit
-    statement (`delivery_record_batch`) on a connection the completer keeps: sent and
+    statement (`delivery_record_batch`) on a connection the completer keeps while busy: sent and
     failed rows completed, retried and released ones given back, each fenced by its own
     lease token (a row taken over meanwhile is left to its holder).
 
@@ -134,7 +140,11 @@ class Completer:
         with self._cond:
             self._ensure_thread()
             self._buffer.append((result, time.monotonic()))
-            self._cond.notify_all()
+            # Wake the thread only when it may be waiting for this: the first outcome
+            # (it waits for one), or flush_max of them (it waits out the interval);
+            # a wake-up per outcome costs more CPU than the flush it would bring forward.
+            if len(self._buffer) == 1 or len(self._buffer) >= self.flush_max:
+                self._cond.notify_all()
 
     def drain(self) -> list[Recorded]:
         """Flush what is buffered now and wait for every flush; returns the outcomes
@@ -150,9 +160,6 @@ class Completer:
             while self._buffer or self._flushing:
                 self._cond.wait()
             self._draining = False
-            # The batch is over: give the connection back to the pool until the next one
-            # (safe here: the thread only uses it while `_flushing`, set under this lock).
-            self._release_connection()
             done, self._done = self._done, []
             failure, self._failure = self._failure, None
         if failure is not None:
@@ -209,7 +216,9 @@ class Completer:
         while not self._buffer:
             if self._closing:
                 return None
-            self._cond.wait()
+            if not self._cond.wait(IDLE_RELEASE_S) and not self._buffer:
+                # Idle: give the connection back to the pool until outcomes come again.
+                self._release_connection()
         deadline = self._last_start + self.flush_interval_s
         while (
             len(self._buffer) < self.flush_max
@@ -245,46 +254,65 @@ class Completer:
         """Write `results` in one statement (retried on failure); withdrawn ones are
         returned unwritten (the batch end deletes or releases their rows)."""
         writes = [r for r in results if _writes(r)]
-        recorded: set[object] = set()
+        recorded: dict[object, bool] = {}
         if writes:
             now = self._clock()
             rows = [_row(r) for r in writes]
-            retrying = Retrying(
-                retry=retry_if_exception_type(DBAPIError),
-                stop=stop_after_delay(self.retry_budget_s),
-                wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
-                before_sleep=lambda state: log.warning(
-                    "completer flush failed; retrying: %s",
-                    state.outcome and state.outcome.exception(),
-                ),
-                reraise=True,
-            )
-            for attempt in retrying:
-                with attempt:
-                    again = attempt.retry_state.attempt_number > 1
-                    recorded = self._write(rows, now, check_earlier=again)
-        return [Recorded(r, not _writes(r) or r.begun.delivery_id in recorded) for r in results]
+            try:
+                recorded = self._write(rows, now, check_earlier=False)
+            except DBAPIError as exc:
+                _log_failure(exc)
+                recorded = self._write_again(rows, now)
+        return [
+            Recorded(r, not _writes(r) or r.begun.delivery_id in recorded,
+                     recorded.get(r.begun.delivery_id, False))
+            for r in results
+        ]  # fmt: skip
+
+    def _write_again(self, rows: list[dict[str, object]], now: datetime) -> dict[object, bool]:
+        """Retry a failed flush (backoff with jitter, up to `retry_budget_s`); each try
+        first finds the rows an earlier one may have written (see `_write`).
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: still failing when the budget ran out.
+        """
+        retrying = Retrying(
+            retry=retry_if_exception_type(DBAPIError),
+            stop=stop_after_delay(self.retry_budget_s),
+            wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
+            before_sleep=lambda state: _log_failure(
+                state.outcome.exception() if state.outcome is not None else None
+            ),
+            sleep=time.sleep,
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                return self._write(rows, now, check_earlier=True)
+        raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
 
     def _write(
         self, rows: list[dict[str, object]], now: datetime, *, check_earlier: bool
-    ) -> set[object]:
-        """One statement on the completer's connection; returns the ids recorded."""
+    ) -> dict[object, bool]:
+        """One statement on the completer's connection; returns {delivery id recorded:
+        whether its reminder was finished too}."""
         try:
             conn = self._connection()
-            earlier: set[object] = set()
+            earlier: dict[object, bool] = {}
             if check_earlier:
-                # The failed attempt may have committed before its connection broke.
+                # The failed attempt may have committed before its connection broke (its
+                # reminders are then moved on at the batch end: finished False).
                 found = conn.execute(
                     query("delivery_recorded_at"), {"rows": json_rows(rows), "now": now}
                 )
-                earlier = set(found.scalars())
+                earlier = dict.fromkeys(found.scalars(), False)
             pending = [row for row in rows if row["id"] not in earlier]
             if not pending:
                 return earlier
             done = conn.execute(
                 query("delivery_record_batch"), {"rows": json_rows(pending), "now": now}
-            ).scalars()
-            return earlier | set(done)
+            )
+            return earlier | {row.id: row.finished for row in done}
         except DBAPIError:
             self._drop_connection()
             raise
@@ -307,6 +335,10 @@ class Completer:
             except Exception:  # already broken
                 pass
             self._conn = None
+
+
+def _log_failure(error: BaseException | None) -> None:
+    log.warning("completer flush failed; retrying: %s", error)
 
 
 def _writes(result: SendResult) -> bool:
@@ -334,6 +366,8 @@ def _row(result: SendResult) -> dict[str, object]:
         "recipient": result.recipient if status is not DeliveryStatus.SENDING else None,
         "error": _error_text(result),
         "attempts": result.attempts,
+        "reminder_id": begun.occurrence.reminder_id,
+        "occurrence_utc": begun.occurrence.run_time_utc,
     }
 
 
@@ -343,6 +377,4 @@ def _error_text(result: SendResult) -> str | None:
         return None
     if result.error is not None:
         return str(result.error)
-    if isinstance(result.error, ShutdownRequested) or result.outcome is Outcome.RELEASED:
-        return "shutting down"
-    return None
+    return "shutting down" if result.outcome is Outcome.RELEASED else None

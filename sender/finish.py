@@ -21,8 +21,9 @@ def finish_batch(
     engine: Engine, recorded: Sequence[Recorded], *, now: datetime, config: ScheduleConfig
 ) -> list[Decided]:
     """Advance each reminder whose occurrence the completer recorded `sent` or `failed`
-    (next occurrence computed from its current schedule, in the zone in force now; a
-    newer user change is never overwritten, DESIGN §4.5), mark sent replays, and delete
+    and did not finish itself (recurring ones: next occurrence computed from its current
+    schedule, in the zone in force now; a newer user change is never overwritten, DESIGN
+    §4.5), mark sent replays, and delete
     the rows of withdrawn sends that no provider call ever touched (else release them).
 
     A crash before this commits leaves a reminder `claimed` at an occurrence that is
@@ -58,11 +59,12 @@ def finish_batch(
             decided.append(Decided.of_result(result, Outcome.BUSY))
             continue
         elif result.outcome in (Outcome.SENT, Outcome.FAILED):
-            advances.append(_advance(result))
+            if not item.finished:  # a one-time reminder is finished by the flush itself
+                advances.append(_advance(result))
             if result.outcome is Outcome.SENT and result.begun.occurrence.replay:
                 replays.append(result)
         decided.append(Decided.of_result(result))
-    if advances or withdrawn:
+    if advances or withdrawn or replays:
         with engine.begin() as conn:
             advance_reminders(conn, advances, now=now, config=config)
             for result in replays:

@@ -155,26 +155,53 @@ RETURNING reminder_id, run_time_utc;
 -- whose `status` is terminal (`sent`, `failed`) is completed; one whose `status` is
 -- `sending` is released (a transient error or a shutdown: the next receive retries it at
 -- once) and keeps `provider` when the row names no other, the provider an ambiguous
--- attempt may have reached, where whoever retries must go again. Returns the rows
--- recorded (a row missing from the answer was taken over: its holder records it).
-UPDATE delivery_log AS d
-SET status = u.status,
-    sent_at = u.sent_at,
-    provider = coalesce(u.provider, d.provider),
-    provider_message_id = u.provider_message_id,
-    recipient = coalesce(u.recipient, d.recipient),
-    error = u.error,
-    attempt_count = d.attempt_count + u.attempts,
-    locked_at = NULL,
-    lease_token = NULL,
-    updated_at = :now
-FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-     AS u(id uuid, run_time_utc timestamptz, lease_token uuid, status text,
-          sent_at timestamptz, provider text, provider_message_id text, recipient text,
-          error text, attempts int)
-WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
-  AND d.status = 'sending'
-RETURNING d.id;
+-- attempt may have reached, where whoever retries must go again.
+-- In the same statement, so atomically with its delivery row, a one-time reminder still
+-- at that occurrence is finished: `completed` when sent, `failed` with the error when
+-- not (the rule of reminder_core.delivery.decide_advance for a reminder without a
+-- rule); a newer user change is never overwritten (DESIGN §4.5). Recurring reminders are
+-- moved on by the sender at the batch end (their next occurrence is computed in Python).
+-- Returns one row per delivery row recorded (a row missing from the answer was taken
+-- over: its holder records it) with `finished`: its reminder was finished here.
+WITH u AS (
+    SELECT *
+    FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+         AS u(id uuid, run_time_utc timestamptz, lease_token uuid, status text,
+              sent_at timestamptz, provider text, provider_message_id text, recipient text,
+              error text, attempts int, reminder_id uuid, occurrence_utc timestamptz)
+), recorded AS (
+    UPDATE delivery_log AS d
+    SET status = u.status,
+        sent_at = u.sent_at,
+        provider = coalesce(u.provider, d.provider),
+        provider_message_id = u.provider_message_id,
+        recipient = coalesce(u.recipient, d.recipient),
+        error = u.error,
+        attempt_count = d.attempt_count + u.attempts,
+        locked_at = NULL,
+        lease_token = NULL,
+        updated_at = :now
+    FROM u
+    WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
+      AND d.status = 'sending'
+    RETURNING d.id, d.status
+), finished AS (
+    UPDATE reminders AS r
+    SET status = CASE WHEN rec.status = 'sent' THEN 'completed' ELSE 'failed' END,
+        next_run_utc = NULL,
+        claimed_by = NULL,
+        claimed_at = NULL,
+        last_error = CASE WHEN rec.status = 'sent' THEN NULL ELSE u.error END,
+        updated_at = :now
+    FROM recorded AS rec
+    JOIN u ON u.id = rec.id
+    WHERE rec.status IN ('sent', 'failed')
+      AND r.id = u.reminder_id AND r.rrule IS NULL AND r.next_run_utc = u.occurrence_utc
+      AND r.status IN ('claimed', 'pending')
+    RETURNING u.id
+)
+SELECT rec.id, EXISTS (SELECT 1 FROM finished AS f WHERE f.id = rec.id) AS finished
+FROM recorded AS rec;
 
 -- name: delivery_recorded_at
 -- After a flush whose commit was not acknowledged (the connection broke): which of its
