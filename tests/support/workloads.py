@@ -100,6 +100,7 @@ class Workloads:
         self.logdir = logdir
         self.running: dict[str, Running] = {}
         self.starts: dict[str, int] = {}
+        self.killed_at: dict[str, list[float]] = {}  # name -> time.time() of each kill -9
 
     def start(self, name: str, workload: str | None = None, *args: str) -> Running:
         """Start `workload` (default: `name` without a "-N" suffix) under `name`."""
@@ -122,6 +123,7 @@ class Workloads:
     def kill(self, name: str) -> None:
         """kill -9 the process (its whole process group) and reap it."""
         run = self.running.pop(name)
+        self.killed_at.setdefault(name, []).append(time.time())
         _killpg(run.proc)
 
     def restart(self, name: str) -> Running:
