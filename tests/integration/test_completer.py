@@ -307,3 +307,33 @@ def test_kill_9_between_answers_and_flush_loses_at_most_the_flush_under_way(
     # in flight every 10 ms that is a handful, not the ~40+ of the batch so far.
     assert len(unrecorded) <= 8, unrecorded
     assert window_s <= 1.0, f"an outcome {window_s:.3f} s old was never written"
+
+
+def test_the_heartbeat_skips_a_row_being_recorded_instead_of_waiting_for_it(
+    db, queue, settings, run_in_thread
+) -> None:
+    # Found by bench/end_to_end.py: a heartbeat (one statement over every row the sender
+    # holds) and a completer flush (a subset, in another order) deadlocked, and
+    # PostgreSQL aborted the flush after deadlock_timeout (1 s). A row that a flush has
+    # locked is being recorded: the heartbeat leaves it and extends the others.
+    insert_due_reminders(db, 2, next_run_utc=NOW)
+    claim(db, queue)
+    hold = threading.Event()
+    _, sender = gated_sender(db, queue, settings, {0: hold}, flush_interval_s=1.0, flush_max=100)
+    run_in_thread(lambda: sender.run_once(NOW))
+    wait_until(lambda: one(db, "SELECT count(*) AS n FROM delivery_log").n == 2, SLACK_S, "begin")
+    wait_until(lambda: sender.heartbeat_stage.beat(NOW) == 2, SLACK_S, "both rows held")
+    later = NOW + timedelta(seconds=10)
+    with db.connect() as locker:
+        locked = locker.execute(
+            text("SELECT id FROM delivery_log ORDER BY id LIMIT 1 FOR UPDATE")
+        ).scalar_one()
+        started = time.monotonic()
+        assert sender.heartbeat(later) == 2  # both messages' visibility extended
+        assert time.monotonic() - started < SLACK_S  # not blocked by the locked row
+        with db.connect() as conn:
+            rows = dict(conn.execute(text("SELECT id, locked_at FROM delivery_log")).all())
+        locker.rollback()
+    assert rows[locked] == NOW  # left to whoever holds it
+    assert [at for i, at in rows.items() if i != locked] == [later]
+    hold.set()

@@ -217,12 +217,23 @@ WHERE d.updated_at = :now AND d.status = u.status AND d.lease_token IS NULL;
 
 -- name: delivery_heartbeat_batch
 -- Extend the lease of every row a sender holds (with the messages' visibility timeout).
+-- A row locked right now is skipped, not waited for: it is being recorded by the
+-- sender's own completer (which would otherwise deadlock with this statement: each
+-- locks the rows it has updated while it waits for the next, in no common order) or
+-- taken by another worker; a row still held gets its extension at the next beat (a
+-- lease outlasts two beats).
 UPDATE delivery_log AS d
 SET locked_at = :now
-FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-     AS u(id uuid, run_time_utc timestamptz, lease_token uuid)
-WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
-  AND d.status = 'sending';
+FROM (
+    SELECT h.id, h.run_time_utc
+    FROM delivery_log AS h
+    JOIN jsonb_to_recordset(CAST(:rows AS jsonb))
+         AS u(id uuid, run_time_utc timestamptz, lease_token uuid)
+      ON h.id = u.id AND h.run_time_utc = u.run_time_utc AND h.lease_token = u.lease_token
+    WHERE h.status = 'sending'
+    FOR UPDATE OF h SKIP LOCKED
+) AS held
+WHERE d.id = held.id AND d.run_time_utc = held.run_time_utc;
 
 -- name: reminders_lock_for_advance
 -- reminder_lock_for_advance for many reminders, locked in id order (no deadlock between
