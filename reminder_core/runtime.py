@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 from dataclasses import dataclass
+from typing import NoReturn
 
 from sqlalchemy import Engine
 
@@ -119,7 +122,8 @@ def run_services(
     """Run workload loops in this process until SIGTERM/SIGINT; return an exit status.
 
     Soft stop: each loop finishes its current tick; after `shutdown_grace_s` the process
-    exits anyway (abandoned work is re-driven by claim and lease timeouts). With
+    exits anyway, at once and with status 1 (`hard_exit`: abandoned work is re-driven by
+    claim and lease timeouts). With
     METRICS_PORT set, `/metrics` and `/healthz` are served on it while the loops run (a
     port that cannot be bound: status 1 before any loop starts).
 
@@ -148,6 +152,18 @@ def run_services(
             settings.shutdown_grace_s,
             ", ".join(stuck),
         )
-        return 1
+        hard_exit(1)
     log.info("stopped cleanly")
     return 0
+
+
+def hard_exit(status: int) -> NoReturn:
+    """Exit now with `status`, without waiting for any thread: a provider call still under
+    way in a send thread would otherwise keep the process alive until its own timeout
+    (the interpreter joins a ThreadPoolExecutor's threads at exit), past SHUTDOWN_GRACE_S
+    and Kubernetes' terminationGracePeriodSeconds. What is abandoned is re-driven by claim
+    and lease timeouts. Log handlers are flushed first."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

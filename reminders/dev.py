@@ -21,7 +21,7 @@ from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
 from reminder_core.metrics_server import serve_worker_metrics
 from reminder_core.profiles import ensure_profile
-from reminder_core.runtime import open_runtime
+from reminder_core.runtime import hard_exit, open_runtime
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from reminder_core.worker.loop import Heartbeat, Service, join_loops, start_loops
@@ -167,7 +167,7 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         stuck = join_loops(threads, settings.shutdown_grace_s)
         if stuck:
             log.warning("hard stop; still running: %s", ", ".join(stuck))
-            status = 1
+            hard_exit(1)  # a provider call under way must not keep the process alive
         rt.close()
         log.info("reminders dev stopped")
     return status

@@ -607,3 +607,28 @@ def test_duplicate_dead_lettered_during_a_slow_send_does_not_fail_it(rig: Rig) -
         dead_letter_during_send=dead_letter_during_send,
         provider_calls=sum(figures["calls"].values()),
     )
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(120)
+def test_a_sender_stuck_in_a_provider_call_stops_at_the_end_of_its_grace(rig: Rig) -> None:
+    """README: after SHUTDOWN_GRACE_S a workload "stops anyway (exit status 1)". Found by
+    the break-it trial of issue 12: a sender whose provider call hung kept running until
+    that call's own timeout (SMTP_TIMEOUT_S 30 s), past the grace and past Kubernetes'
+    terminationGracePeriodSeconds, because the interpreter waits for the send threads at
+    exit. The occurrence is delivered once after a restart."""
+    rig.configure(PROVIDER_READ_TIMEOUT_S="60")
+    rig.migrate()
+    rig.provider.inject({"kind": "timeout", "seconds": 40})
+    rig.start("coordinator", "sweeper", "maintenance", "sender")
+    rig.wait_connected("coordinator", "sweeper", "maintenance", "sender")
+    due = insert_due(rig.engine, USER, 1, first_due=whole_second(0.5), spread_s=1)
+    wait_until(lambda: len(rig.provider.stats()["requests"]) == 1, 30, "the call to hang")
+    status, elapsed = rig.procs.terminate("sender", timeout=GRACE_S + 30)
+    assert status == 1, rig.procs.log_tail("sender")  # a hard stop
+    assert elapsed <= GRACE_S + EXIT_SLACK_S, f"took {elapsed:.1f}s to stop"
+    assert "hard stop after" in rig.procs.log_tail("sender")
+    rig.start("sender")
+    rig.wait_settled(1, timeout=60)
+    assert_each_sent_once(rig, due)
+    report("hard stop", stop_s=round(elapsed, 1), grace_s=GRACE_S)
