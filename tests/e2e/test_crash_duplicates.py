@@ -56,9 +56,11 @@ MAX_RESENT_PER_SENDER_KILL = 0.5
 #: What this test holds the completer's part to. NOT issue 12's 0.5: measured on a quiet
 #: 2-core machine with the shipped SENDER_FLUSH_INTERVAL_S, 0.33-1.0 per sender kill
 #: (mean 0.76 over three runs; most accepted 0-16 ms before the kill, i.e. during the
-#: flush under way), against 25-42 with completion at the batch end. 2.0 fails on a
-#: return to batch-end completion, with room for a loaded machine's slower flushes.
-MAX_ANSWERED_PER_SENDER_KILL = 2.0
+#: flush under way; 1.8 on a loaded one, where a slow commit held 5-8 outcomes for
+#: 60-90 ms), against 25-42 with completion at the batch end. 3.0 fails on a return to
+#: batch-end completion, with room for a loaded machine's slower flushes.
+MAX_ANSWERED_PER_SENDER_KILL = 3.0
+MAX_RECEIVE_COUNT = 12
 DEFAULTS = Settings(jwt_secret="x" * 40)  # the shipped settings (SENDER_CONCURRENCY)
 
 OCCURRENCES = 2000
@@ -164,6 +166,11 @@ def storm(rig: Rig, rng: random.Random, run: int) -> StormFigures:
     rig.provider.client.post("/_faults", json={"latency_s": PROVIDER_LATENCY_S}).raise_for_status()
     rig.provider.set_dedupe(False)
     load_before = os.getloadavg()[0]
+    # Each sender kill costs the messages of its batch two receives (the one it held, then
+    # a `busy` one while the dead sender's lease runs out); 15-19 sender kills in some 40 s
+    # took a few messages past the default 5 (dead-lettered, recorded `failed`). This test
+    # measures duplicates, so it gives them room.
+    rig.configure(MAX_RECEIVE_COUNT=str(MAX_RECEIVE_COUNT))
     rig.migrate()
     rig.start("coordinator", "sweeper", "maintenance", *SENDERS)
     rig.wait_connected("coordinator", "sweeper", "maintenance", "sender")
