@@ -9,6 +9,7 @@ from sqlalchemy import Engine, text
 
 from coordinator.service import Coordinator
 from outbox_sweeper.service import OutboxSweeper
+from reminder_core.messages import OccurrenceMessage
 from reminder_core.queue import PostgresQueue
 from tests.conftest import utc
 from tests.integration.helpers import insert_due_reminders
@@ -64,6 +65,11 @@ def test_payload_names_the_occurrence(db: Engine) -> None:
         "version": 1,
         "user_id": "alice",
     }
+    # The one codec (reminder_core/messages.py) reads what claim_due writes, and writes it
+    # back in exactly the same shape.
+    occurrence = OccurrenceMessage.decode(msg.body)
+    assert occurrence == OccurrenceMessage(rid, utc(2030, 1, 1, 11, 59, 30), "alice", 1)
+    assert occurrence.encode() == msg.body
 
 
 def test_two_coordinators_claim_5000_reminders_exactly_once(db: Engine) -> None:
