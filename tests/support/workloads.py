@@ -458,6 +458,9 @@ class OwnedPostgres:
             self.user = "pgserver"
             entry = ensure_user_exists(self.user)
             ensure_prefix_permissions(self.pgdata)
+            # And the binaries: a checkout in a private directory (`mktemp -d` is 0700)
+            # holds the venv, and initdb run as that user got "Permission denied".
+            ensure_prefix_permissions(Path(self.bin))
             os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
         self.log = self.pgdata / "server.log"
         self._pg(
