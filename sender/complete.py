@@ -127,7 +127,8 @@ class Completer:
         self._flushing = False
         self._draining = False
         self._closing = False
-        self._last_start = float("-inf")
+        self._last_start = self._last_end = float("-inf")
+        self._last_duration = 0.0
         self._thread: threading.Thread | None = None
         self._conn: Connection | None = None
         self._flushes = self._results = 0
@@ -208,6 +209,7 @@ class Completer:
             committed = time.monotonic()
             with self._cond:
                 self._flushing = False
+                self._last_end, self._last_duration = committed, committed - started
                 self._account(taken, recorded, failure, committed)
                 self._cond.notify_all()
 
@@ -219,7 +221,12 @@ class Completer:
             if not self._cond.wait(IDLE_RELEASE_S) and not self._buffer:
                 # Idle: give the connection back to the pool until outcomes come again.
                 self._release_connection()
-        deadline = self._last_start + self.flush_interval_s
+        # At most one flush per interval, and the completer busy at most half the time:
+        # when flushes take longer than the interval (a saturated machine), the next one
+        # waits as long as the last took, so each carries more outcomes for the same cost.
+        deadline = max(
+            self._last_start + self.flush_interval_s, self._last_end + self._last_duration
+        )
         while (
             len(self._buffer) < self.flush_max
             and not (self._draining or self._closing)
