@@ -83,11 +83,12 @@ class FlushStats:
 class Completer:
     """Group-commits send outcomes as they arrive.
 
-    A flush starts as soon as an outcome is waiting and the previous flush started at
-    least `flush_interval_s` ago, or at once when `flush_max` outcomes are waiting or the
-    batch is over (`drain`): a lone answer is written within one statement's time, a busy
-    sender writes at most one statement per interval. Each flush is one autocommit
-    statement (`delivery_record_batch`) on a connection the completer keeps while busy: sent and
+    A flush starts as soon as an outcome is waiting, the previous flush started at least
+    `flush_interval_s` ago and the thread has rested as long as that flush took (busy at
+    most half the time), or at once when `flush_max` outcomes are waiting or the batch is
+    over (`drain`): a lone answer is written within one statement's time, a busy sender
+    writes at most one statement per interval. Each flush is one autocommit statement
+    (`delivery_record_batch`) on a connection the completer keeps while busy: sent and
     failed rows completed, retried and released ones given back, each fenced by its own
     lease token (a row taken over meanwhile is left to its holder).
 
