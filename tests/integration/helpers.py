@@ -1,7 +1,8 @@
-"""Helpers for integration tests: bulk-insert reminders with plain SQL."""
+"""Helpers for integration tests: bulk-insert reminders and delivery rows with plain SQL."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from sqlalchemy import Engine, text
@@ -37,4 +38,32 @@ def insert_due_reminders(
                 "tz": timezone,
                 "count": count,
             },
+        )
+
+
+def insert_sending_rows(
+    engine: Engine,
+    run_time_utc: datetime,
+    locked_at: dict[str, datetime | None],
+    *,
+    attempt_count: int = 0,
+) -> None:
+    """Insert, for each reminder titled as a key of `locked_at`, the `sending` delivery
+    row of its occurrence at `run_time_utc`, as a sender leaves it: leased at that
+    instant (with a fresh lease token), or released (None: no lease, no token)."""
+    leases = [
+        {"title": title, "locked_at": at.isoformat() if at else None}
+        for title, at in locked_at.items()
+    ]
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
+                " attempt_count, locked_at, lease_token)"
+                " SELECT r.id, r.user_id, :t, 'sending', :attempts, l.locked_at,"
+                " CASE WHEN l.locked_at IS NULL THEN NULL ELSE gen_random_uuid() END"
+                " FROM reminders AS r JOIN jsonb_to_recordset(CAST(:leases AS jsonb))"
+                " AS l(title text, locked_at timestamptz) ON l.title = r.title"
+            ),
+            {"t": run_time_utc, "attempts": attempt_count, "leases": json.dumps(leases)},
         )

@@ -33,7 +33,7 @@ from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.service import Sender
-from tests.integration.helpers import insert_due_reminders
+from tests.integration.helpers import insert_due_reminders, insert_sending_rows
 from tests.integration.test_sender import (
     NOW,
     claim,
@@ -95,11 +95,16 @@ def gated_sender(
     db: Engine,
     queue: PostgresQueue,
     settings: Settings,
+    count: int,
     gates: dict[int, threading.Event],
     *,
     flush_interval_s: float,
     flush_max: int,
 ) -> tuple[GatedProvider, Sender]:
+    """`count` one-time reminders due and claimed, and a sender whose provider holds
+    call i until `gates[i]` is set."""
+    insert_due_reminders(db, count, next_run_utc=NOW)
+    claim(db, queue)
     provider = GatedProvider(settings.effective_mail_dir, gates)
     sender = make_sender(db, queue, settings, provider)
     sender.receiver.batch_size = 10
@@ -114,11 +119,9 @@ def test_an_answer_is_written_at_once_and_the_next_after_the_interval(
     # Three sends, one at a time: the first two answer at once, the third is held. The
     # first is written at once (no flush for long), the second once `flush_interval_s`
     # has passed since that flush, both while the third is still in flight.
-    insert_due_reminders(db, 3, next_run_utc=NOW)
-    claim(db, queue)
     hold = threading.Event()
     provider, sender = gated_sender(
-        db, queue, settings, {2: hold}, flush_interval_s=1.0, flush_max=100
+        db, queue, settings, 3, {2: hold}, flush_interval_s=1.0, flush_max=100
     )
     run_in_thread(lambda: sender.run_once(NOW))
     wait_until(lambda: len(provider.answered) == 2, SLACK_S, "two answers")
@@ -138,11 +141,9 @@ def test_flush_max_outcomes_are_written_without_waiting_for_the_interval(
 ) -> None:
     # flush_max 2 and an interval of a minute: after the first (lone) answer, the next two
     # are written as soon as both wait; the fourth waits for the batch to end.
-    insert_due_reminders(db, 5, next_run_utc=NOW)
-    claim(db, queue)
     second, last = threading.Event(), threading.Event()
     provider, sender = gated_sender(
-        db, queue, settings, {1: second, 4: last}, flush_interval_s=60.0, flush_max=2
+        db, queue, settings, 5, {1: second, 4: last}, flush_interval_s=60.0, flush_max=2
     )
     run_in_thread(lambda: sender.run_once(NOW))
     wait_until(lambda: sent(db) == 1, SLACK_S, "the lone first answer")
@@ -223,16 +224,7 @@ def test_a_takeover_of_a_dead_senders_row_is_counted_and_a_released_row_is_not(
     # transient error had a known outcome: taking it is not.
     insert_due_reminders(db, 2, next_run_utc=NOW)
     claim(db, queue)
-    with db.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
-                " attempt_count, locked_at, lease_token) SELECT id, 'alice', :t, 'sending', 1,"
-                " CASE WHEN title = 'Due 1' THEN CAST(:t AS timestamptz) END,"
-                " CASE WHEN title = 'Due 1' THEN gen_random_uuid() END FROM reminders"
-            ),
-            {"t": NOW},
-        )
+    insert_sending_rows(db, NOW, {"Due 1": NOW, "Due 2": None}, attempt_count=1)
     before = possible_duplicates("file")
     later = NOW + timedelta(seconds=61)  # make_sender's lease_s = 60 has passed
     sender = make_sender(db, queue, settings, provider, Clock(later))
@@ -316,10 +308,8 @@ def test_the_heartbeat_skips_a_row_being_recorded_instead_of_waiting_for_it(
     # holds) and a completer flush (a subset, in another order) deadlocked, and
     # PostgreSQL aborted the flush after deadlock_timeout (1 s). A row that a flush has
     # locked is being recorded: the heartbeat leaves it and extends the others.
-    insert_due_reminders(db, 2, next_run_utc=NOW)
-    claim(db, queue)
     hold = threading.Event()
-    _, sender = gated_sender(db, queue, settings, {0: hold}, flush_interval_s=1.0, flush_max=100)
+    _, sender = gated_sender(db, queue, settings, 2, {0: hold}, flush_interval_s=1.0, flush_max=100)
     run_in_thread(lambda: sender.run_once(NOW))
     wait_until(lambda: one(db, "SELECT count(*) AS n FROM delivery_log").n == 2, SLACK_S, "begin")
     wait_until(lambda: sender.heartbeat_stage.beat(NOW) == 2, SLACK_S, "both rows held")

@@ -24,7 +24,7 @@ from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.render import Renderer
 from sender.service import Outcome, Sender
-from tests.integration.helpers import insert_due_reminders
+from tests.integration.helpers import insert_due_reminders, insert_sending_rows
 from tests.support.sending import Clock, CountingProvider
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -204,16 +204,8 @@ def test_a_cancel_ends_the_sending_row_a_dead_sender_left_but_not_a_live_one(
     # had begun, and that row stayed `sending` until the reaper recorded it `failed`.
     insert_due_reminders(db, 2, next_run_utc=NOW)
     claim(db, queue)
+    insert_sending_rows(db, NOW, {"Due 1": NOW - timedelta(seconds=120), "Due 2": NOW})
     with db.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
-                " locked_at, lease_token) SELECT id, 'alice', :t, 'sending',"
-                " CASE WHEN title = 'Due 1' THEN CAST(:dead AS timestamptz)"
-                " ELSE CAST(:live AS timestamptz) END, gen_random_uuid() FROM reminders"
-            ),
-            {"t": NOW, "dead": NOW - timedelta(seconds=120), "live": NOW},
-        )
         conn.execute(
             text(
                 "UPDATE reminders SET status = 'cancelled', next_run_utc = NULL,"
