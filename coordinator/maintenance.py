@@ -33,6 +33,7 @@ from coordinator.retention import Retention, RetentionResult
 from reminder_core.backlog import refresh_backlog_gauges
 from reminder_core.db.queries import query
 from reminder_core.delivery import advance_reminder, zone_or_none
+from reminder_core.domain.states import DeliveryStatus
 from reminder_core.errors import InfrastructureError
 from reminder_core.logging import delivery_fields
 from reminder_core.messages import MalformedMessage, OccurrenceMessage
@@ -195,7 +196,8 @@ class Maintenance:
         return len(rows)
 
     def abandon_sending(self, now: datetime) -> int:
-        """Record unheld, orphaned `sending` rows as failed; returns how many."""
+        """Record unheld, orphaned `sending` rows as failed (as sent when the provider's
+        feedback reported it accepted the email); returns how many."""
         with self._engine.begin() as conn:
             rows = conn.execute(
                 query("abandon_sending"),
@@ -205,11 +207,14 @@ class Maintenance:
                     "limit": self.batch_size,
                 },
             ).all()
-        if rows:
-            log.warning("recorded %d abandoned deliveries as failed", len(rows))
+        failed = sum(1 for row in rows if row.status == DeliveryStatus.FAILED)
+        if failed:
+            log.warning("recorded %d abandoned deliveries as failed", failed)
         for row in rows:
             log.info(
-                "delivery abandoned: recorded failed",
+                "delivery abandoned: recorded failed"
+                if row.status == DeliveryStatus.FAILED
+                else "delivery abandoned: recorded sent (the provider reported it accepted)",
                 extra=delivery_fields(
                     row.reminder_id, row.run_time_utc, None, row.provider,
                     provider_calls=row.attempt_count,

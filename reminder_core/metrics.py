@@ -71,6 +71,22 @@ POSSIBLE_DUPLICATES = Counter(
     " provider does not deduplicate on the idempotency key (SES, SMTP), by provider.",
     ["provider"],
 )
+SENDS_RECOVERED = Counter(
+    "reminders_sends_recovered_total",
+    "Occurrences whose earlier sender died (or lost the answer) after the provider"
+    " accepted the email, found in the provider's own feedback (a `Send`/`Delivery` or"
+    " `email.sent`/`email.delivered` webhook naming the idempotency key) and recorded"
+    " `sent` without sending again, by provider.",
+    ["provider"],
+)
+SEND_EVIDENCE = Counter(
+    "reminders_send_evidence_total",
+    "Provider webhook events reporting that an email was accepted or delivered (they carry"
+    " our idempotency key), by provider and outcome: `recorded` on a delivery still"
+    " `sending` (its sender has not written the answer, or died), `known` (the delivery"
+    " had its answer already), `unknown` (no delivery of ours has that key).",
+    ["provider", "outcome"],
+)
 COMPLETER_FLUSHES = Counter(
     "reminders_completer_flushes_total",
     "Flushes of the sender's streaming completer (one statement each).",

@@ -29,6 +29,7 @@ from reminder_core.suppression import (
     refusals,
     suppress_replay,
 )
+from sender.providers.base import SendReceipt
 from sender.work import Begun, Decided, Outcome, Received, log
 
 
@@ -356,10 +357,17 @@ class Begin:
             if row is None:
                 batch.decided.append(self._not_taken(batch, t))
                 continue
+            accepted = (
+                SendReceipt(provider=row.provider, provider_message_id=row.provider_message_id)
+                if row.provider_message_id is not None and row.provider is not None
+                else None
+            )
             batch.begun.append(
                 Begun(received=t.received, reminder=t.reminder, profile=t.profile, zone=t.zone,
                       chosen=t.chosen, delivery_id=row.id, lease_token=token,
-                      pinned=row.provider, taken_over=row.taken_over)
+                      pinned=row.provider, taken_over=row.taken_over, accepted=accepted,
+                      accepted_at=row.sent_at if accepted else None,
+                      accepted_to=row.recipient if accepted else None)
             )  # fmt: skip
 
     def _not_taken(self, batch: _Batch, t: _ToTake) -> Decided:

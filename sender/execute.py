@@ -21,7 +21,7 @@ from reminder_core.errors import (
     TransientDeliveryError,
 )
 from reminder_core.logging import delivery_fields
-from reminder_core.metrics import POSSIBLE_DUPLICATES
+from reminder_core.metrics import POSSIBLE_DUPLICATES, SENDS_RECOVERED
 from sender.providers.base import OutgoingEmail, Provider, SendReceipt
 from sender.providers.failover import FailoverProvider
 from sender.recheck import Recheck
@@ -123,6 +123,8 @@ class Executor:
     def _send(self, begun: Begun, recheck: Recheck) -> SendResult:
         if self._stop.is_set():
             return SendResult(begun, Outcome.RELEASED, hide_for_s=0.0)
+        if begun.accepted is not None:
+            return self._recovered(begun, begun.accepted)
         if recheck.withdrawn(begun):
             log.info(
                 "delivery withdrawn: the reminder changed during its batch; handed back to"
@@ -152,6 +154,25 @@ class Executor:
             log.exception("delivery error", extra=_fields(begun, self._provider_of(attempt)))
             return self._to_retry(attempt, exc)
         return self._result(attempt, Outcome.SENT, receipt=receipt, sent_at=self._clock())
+
+    def _recovered(self, begun: Begun, receipt: SendReceipt) -> SendResult:
+        """The provider already accepted this email (its webhook said so while the row
+        was `sending`: its sender died or lost the answer): record it sent as the provider
+        reported, with no provider call, whatever the reminder became since (the email
+        went out). Counted in `reminders_sends_recovered_total`, logged "send recovered
+        from provider feedback"."""
+        SENDS_RECOVERED.labels(provider=receipt.provider).inc()
+        log.info(
+            "send recovered from provider feedback: the provider accepted it before its"
+            " sender recorded it; recorded sent without sending again",
+            extra=_fields(begun, receipt.provider, idempotency_key=begun.key,
+                          provider_message_id=receipt.provider_message_id),
+        )  # fmt: skip
+        recipient = begun.accepted_to or (begun.profile.email if begun.profile else None)
+        return SendResult(
+            begun, Outcome.SENT, attempts=0, receipt=receipt, recipient=recipient,
+            sent_at=begun.accepted_at or self._clock(), provider=receipt.provider,
+        )  # fmt: skip
 
     def _email(self, attempt: _Attempt) -> OutgoingEmail:
         """Render the email from the reminder as read at begin (title and body at send

@@ -80,6 +80,12 @@ class Begun:
         taken_over: the row was `sending` under a lease that ended without a heartbeat:
             its sender died, maybe after the provider accepted the email (a possible
             duplicate when the provider does not deduplicate on the key).
+        accepted: the provider's own evidence that it already accepted this email (its
+            webhook named our key while the row was `sending`: webhooks.apply.
+            apply_evidence): the receipt to record without calling the provider again;
+            None: no evidence.
+        accepted_at: aware UTC, when the provider says it accepted it (with `accepted`).
+        accepted_to: the recipient the evidence names (with `accepted`; may be None).
     """
 
     received: Received
@@ -91,6 +97,9 @@ class Begun:
     lease_token: uuid.UUID
     pinned: str | None
     taken_over: bool
+    accepted: SendReceipt | None = None
+    accepted_at: datetime | None = None
+    accepted_to: str | None = None
     key: str = field(init=False)
 
     def __post_init__(self) -> None:

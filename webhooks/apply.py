@@ -13,17 +13,20 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import StrEnum
 
 from sqlalchemy import Connection
 
 from reminder_core.db.queries import query
+from reminder_core.domain.localtime import parse_idempotency_key
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.domain.suppression import ApplyOutcome, FeedbackKind, decide_feedback
+from reminder_core.metrics import SEND_EVIDENCE
 from reminder_core.suppression import apply_decision, find_delivery
-from webhooks.events import WebhookEvent
+from webhooks.events import EventKind, WebhookEvent
 from webhooks.parsing import storable
 
-__all__ = ["ApplyOutcome", "ApplyResult", "apply_event"]
+__all__ = ["ApplyOutcome", "ApplyResult", "Evidence", "apply_event", "apply_evidence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,72 @@ def apply_event(
         effects.newly_suppressed,
         effects.paused_reminder_ids,
     )
+
+
+class Evidence(StrEnum):
+    """What `apply_evidence` did with one ACCEPTED event.
+
+    RECORDED: written on a delivery still `sending`, for the sender that takes it over.
+    KNOWN: the delivery had its answer already (the usual case: its sender recorded it
+        before the provider's event came), or evidence from an earlier event.
+    UNKNOWN: no delivery of ours has that idempotency key (not our email, or a key
+        altered on the way, or the delivery row was removed by retention).
+    """
+
+    RECORDED = "recorded"
+    KNOWN = "known"
+    UNKNOWN = "unknown"
+
+
+def apply_evidence(conn: Connection, event: WebhookEvent, *, now: datetime) -> Evidence:
+    """Apply an ACCEPTED event (the provider took or delivered the email of one
+    occurrence) in the caller's transaction: while that occurrence's delivery row is
+    still `sending`, record on it the provider, its message id, the instant it accepted
+    the email (`event.occurred_at`, else `now`) and the recipient, so the sender that
+    takes the row over records it `sent` instead of sending a second email (README
+    "Delivery guarantees"). Nothing is stored in `webhook_events`: a replay finds the
+    evidence there and changes nothing. Counted in `reminders_send_evidence_total`.
+
+    Args:
+        conn: a connection inside the caller's transaction.
+        event: kind ACCEPTED, with `idempotency_key` (the occurrence) and
+            `provider_message_id`.
+        now: aware UTC; `updated_at`.
+
+    Returns:
+        Evidence; never an error for an unknown key (the provider would retry for days).
+
+    Raises:
+        ValueError: `event` is not an ACCEPTED event with a key and a message id (a
+            defect of the caller).
+        sqlalchemy.exc.DBAPIError: the database failed (answer 5xx: the provider retries).
+    """
+    if event.kind is not EventKind.ACCEPTED or not event.idempotency_key:
+        raise ValueError(f"not an ACCEPTED event with a key: {event!r}")
+    if not event.provider_message_id:
+        raise ValueError(f"ACCEPTED event {event.event_id!r} without a message id")
+    occurrence = parse_idempotency_key(event.idempotency_key)
+    outcome = Evidence.UNKNOWN
+    if occurrence is not None:
+        reminder_id, run_time_utc = occurrence
+        row = conn.execute(
+            query("delivery_record_evidence"),
+            {
+                "reminder_id": reminder_id,
+                "run_time_utc": run_time_utc,
+                "provider": storable(event.provider),
+                "provider_message_id": storable(event.provider_message_id),
+                "accepted_at": event.occurred_at,
+                "recipient": storable(event.recipient),
+                "now": now,
+            },
+        ).one()
+        if row.recorded:
+            outcome = Evidence.RECORDED
+        elif row.found:
+            outcome = Evidence.KNOWN
+    SEND_EVIDENCE.labels(provider=event.provider, outcome=outcome.value).inc()
+    return outcome
 
 
 def _storable(event: WebhookEvent) -> WebhookEvent:

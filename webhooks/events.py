@@ -16,11 +16,17 @@ class EventKind(StrEnum):
     SOFT_BOUNCE: a temporary refusal (mailbox full, SES `Transient` / `Undetermined`):
         recorded only.
     COMPLAINT: the recipient marked the email as spam: suppress.
+    ACCEPTED: the provider took the email to deliver it, or delivered it (SES `Send` /
+        `Delivery`, Resend `email.sent` / `email.delivered`): evidence for a delivery
+        still `sending` whose sender died or lost the answer, so that the sender taking
+        it over records it `sent` instead of sending it again (README "Delivery
+        guarantees"). Found by `idempotency_key`, not stored as an event.
     """
 
     HARD_BOUNCE = "hard_bounce"
     SOFT_BOUNCE = "soft_bounce"
     COMPLAINT = "complaint"
+    ACCEPTED = "accepted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,8 @@ class WebhookEvent:
         reason: the provider's own words (bounce type / subtype / diagnostic), for
             `delivery_log.error` and the suppression entry.
         occurred_at: aware UTC, when the provider says it happened (None if it does not).
+        idempotency_key: our key of the occurrence, from the message tag the sender set
+            (`idempotency_key`); ACCEPTED events are found by it (None: absent).
     """
 
     provider: str
@@ -48,3 +56,29 @@ class WebhookEvent:
     recipient: str
     reason: str
     occurred_at: datetime | None = None
+    idempotency_key: str | None = None
+
+
+def accepted_event(
+    provider: str,
+    event_id: str,
+    *,
+    provider_message_id: str,
+    to: object,
+    occurred_at: datetime | None,
+    idempotency_key: str,
+) -> WebhookEvent:
+    """The ACCEPTED event of a provider's "sent" / "delivered" record: `to` is the
+    record's recipient list (or one address); the first address is kept when it is a
+    string of at most 254 characters (ours are single-recipient emails), else ""."""
+    first = to[0] if isinstance(to, list) and to else to
+    return WebhookEvent(
+        provider=provider,
+        event_id=event_id,
+        kind=EventKind.ACCEPTED,
+        provider_message_id=provider_message_id,
+        recipient=first if isinstance(first, str) and len(first) <= 254 else "",
+        reason="accepted",
+        occurred_at=occurred_at,
+        idempotency_key=idempotency_key,
+    )

@@ -9,7 +9,9 @@ Sources:
   it with a 5-minute tolerance on either side of the current time.
 - Resend docs, "Webhooks" / "Verify webhooks requests" (Resend signs with Svix) and the
   event pages `email.bounced` and `email.complained` (payload: `type`, `created_at`,
-  `data.email_id`, `data.to`, `data.bounce.{type, subType, message}`).
+  `data.email_id`, `data.to`, `data.bounce.{type, subType, message}`), `email.sent`
+  and `email.delivered` (`data.tags`: an object name -> value on the current pages, a
+  list of {name, value} on earlier ones).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from collections.abc import Mapping
 
 from svix.webhooks import Webhook, WebhookVerificationError
 
+from reminder_core.domain.localtime import KEY_TAG
 from reminder_core.errors import MalformedBody, Unauthenticated
-from webhooks.events import EventKind, WebhookEvent
+from webhooks.events import EventKind, WebhookEvent, accepted_event
 from webhooks.parsing import MAX_EVENT_ID, address, instant, parse_json_object, reason
 
 PROVIDER = "resend"
@@ -81,7 +84,10 @@ def parse_resend_events(event_id: str, body: bytes) -> list[WebhookEvent]:
       SOFT_BOUNCE for "Transient", "Undetermined" or any other type; reason
       "<type>/<subType>[: <message>]".
     - `email.complained`: a COMPLAINT, reason "complaint".
-    - Any other type (email.sent, email.delivered, email.opened, ...): no event.
+    - `email.sent` (Resend took the email) and `email.delivered`: one ACCEPTED event
+      whose `idempotency_key` is the `idempotency_key` tag the sender set, for the first
+      address of `data.to`; none when the tag is absent (an email we did not send).
+    - Any other type (email.opened, email.clicked, ...): no event.
 
     One event per address of `data.to` (a list, or a single string); event_id is the
     svix-id, with "#<i>" appended when there are several addresses. provider_message_id
@@ -94,6 +100,8 @@ def parse_resend_events(event_id: str, body: bytes) -> list[WebhookEvent]:
     """
     document = parse_json_object(body)
     kind_name = document.get("type")
+    if kind_name in ("email.sent", "email.delivered"):
+        return _accepted(event_id, document)
     if kind_name not in ("email.bounced", "email.complained"):
         return []
     if len(event_id) > MAX_EVENT_ID:
@@ -122,6 +130,42 @@ def parse_resend_events(event_id: str, body: bytes) -> list[WebhookEvent]:
         )
         for index, address in enumerate(recipients)
     ]
+
+
+def _accepted(event_id: str, document: dict[str, object]) -> list[WebhookEvent]:
+    data = document.get("data")
+    if not isinstance(data, dict):
+        return []
+    key = _tag(data.get("tags"), KEY_TAG)
+    email_id = data.get("email_id")
+    if key is None or not isinstance(email_id, str) or not email_id:
+        return []
+    if len(event_id) > MAX_EVENT_ID:
+        raise MalformedBody(f"svix-id longer than {MAX_EVENT_ID} characters")
+    return [
+        accepted_event(
+            PROVIDER,
+            event_id,
+            provider_message_id=email_id,
+            to=data.get("to"),
+            occurred_at=instant(document.get("created_at")),
+            idempotency_key=key,
+        )
+    ]
+
+
+def _tag(tags: object, name: str) -> str | None:
+    """The value of tag `name` in Resend's object form ({name: value}) or list form
+    ([{"name": ..., "value": ...}])."""
+    value: object = None
+    if isinstance(tags, dict):
+        value = tags.get(name)
+    elif isinstance(tags, list):
+        value = next(
+            (t.get("value") for t in tags if isinstance(t, dict) and t.get("name") == name),
+            None,
+        )
+    return value if isinstance(value, str) and value else None
 
 
 def _recipients(to: object) -> list[str]:

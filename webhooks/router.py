@@ -22,8 +22,8 @@ from reminder_core.errors import (
     PayloadTooLarge,
 )
 from reminder_core.settings import Settings
-from webhooks.apply import apply_event
-from webhooks.events import WebhookEvent
+from webhooks.apply import ApplyResult, apply_event, apply_evidence
+from webhooks.events import EventKind, WebhookEvent
 from webhooks.postmark import check_basic_auth, parse_postmark_events
 from webhooks.resend import ResendVerifier, parse_resend_events
 from webhooks.sns import SnsVerifier, parse_ses_events
@@ -118,14 +118,19 @@ def build_router(
         now = clock()
         try:
             with engine.begin() as conn:
-                results = [apply_event(conn, e, raw_body=body, now=now) for e in events]
+                results = [
+                    apply_evidence(conn, e, now=now)
+                    if e.kind is EventKind.ACCEPTED
+                    else apply_event(conn, e, raw_body=body, now=now)
+                    for e in events
+                ]
         except (OperationalError, InterfaceError) as exc:
             raise InfrastructureError(
                 f"database unavailable: {type(exc).__name__}", dependency="the database"
             ) from exc
         except ValueError as exc:  # apply_event: a hard bounce naming no recipient
             raise MalformedBody(str(exc)) from exc
-        duplicates = sum(1 for r in results if r.duplicate)
+        duplicates = sum(1 for r in results if isinstance(r, ApplyResult) and r.duplicate)
         log.info(
             "webhook %s: %d event(s) applied, %d duplicate(s)",
             events[0].provider,

@@ -39,13 +39,14 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from reminder_core.domain.localtime import KEY_HEADER, KEY_TAG
 from reminder_core.errors import (
     Forbidden,
     InfrastructureError,
     MalformedBody,
     Unauthenticated,
 )
-from webhooks.events import EventKind, WebhookEvent
+from webhooks.events import EventKind, WebhookEvent, accepted_event
 from webhooks.parsing import address, instant, parse_json_object, reason
 
 log = logging.getLogger(__name__)
@@ -480,7 +481,11 @@ def parse_ses_events(message: SnsMessage) -> list[WebhookEvent]:
       SNS redeliveries of the same message.
     - occurred_at: `bounce.timestamp` / `complaint.timestamp` (aware UTC), else None.
 
-    Anything else (Delivery, Send, Open..., or a Message that is not SES JSON, such as the
+    - Send (event publishing) and Delivery (either kind): one ACCEPTED event, found by
+      our idempotency key (`_accepted`), occurred_at `mail.timestamp` (when SES accepted
+      the email); none when the record carries no key of ours.
+
+    Anything else (Open, Click, Reject..., or a Message that is not SES JSON, such as the
     setup notification SES sends when a topic is attached) gives no event.
 
     Raises:
@@ -495,15 +500,55 @@ def parse_ses_events(message: SnsMessage) -> list[WebhookEvent]:
     if not isinstance(document, dict):
         return []
     kind = document.get("notificationType", document.get("eventType"))
-    if kind not in ("Bounce", "Complaint"):
+    if kind not in ("Bounce", "Complaint", "Send", "Delivery"):
         return []
     mail = document.get("mail")
     message_id = mail.get("messageId") if isinstance(mail, dict) else None
     if not isinstance(message_id, str) or not message_id:
         raise MalformedBody(f"SES {kind} without mail.messageId")
+    if kind in ("Send", "Delivery"):
+        assert isinstance(mail, dict)
+        return _accepted(message.message_id, message_id, mail)
     if kind == "Bounce":
         return _bounces(message.message_id, message_id, document.get("bounce"))
     return _complaints(message.message_id, message_id, document.get("complaint"))
+
+
+def _accepted(sns_id: str, message_id: str, mail: Mapping[str, object]) -> list[WebhookEvent]:
+    """The ACCEPTED event of a Send or Delivery record: the key from the
+    `idempotency_key` message tag (`mail.tags`, name -> list of values, in event
+    publishing records) or else the `X-Entity-Ref-ID` header (`mail.headers`, in records
+    whose configuration includes the original headers); the recipient is the first of
+    `mail.destination` (ours are single-recipient emails). No event without a key."""
+    key = _tag(mail.get("tags"), KEY_TAG) or _header(mail.get("headers"), KEY_HEADER)
+    if key is None:
+        return []
+    return [
+        accepted_event(
+            PROVIDER,
+            f"{sns_id}#accepted",
+            provider_message_id=message_id,
+            to=mail.get("destination"),
+            occurred_at=instant(mail.get("timestamp")),
+            idempotency_key=key,
+        )
+    ]
+
+
+def _tag(tags: object, name: str) -> str | None:
+    values = tags.get(name) if isinstance(tags, dict) else None
+    value = values[0] if isinstance(values, list) and values else values
+    return value if isinstance(value, str) and value else None
+
+
+def _header(headers: object, name: str) -> str | None:
+    if not isinstance(headers, list):
+        return None
+    for header in headers:
+        if isinstance(header, dict) and str(header.get("name", "")).lower() == name.lower():
+            value = header.get("value")
+            return value if isinstance(value, str) and value else None
+    return None
 
 
 def _bounces(sns_id: str, message_id: str, bounce: object) -> list[WebhookEvent]:

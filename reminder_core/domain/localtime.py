@@ -144,6 +144,13 @@ def exists(local: datetime, zone: ZoneInfo) -> bool:
     return readings(local.replace(fold=0), zone)[1]
 
 
+#: The message tag every provider call carries the key in (SES EmailTags, Resend tags);
+#: providers publish it back with their events, so a webhook finds the occurrence.
+KEY_TAG = "idempotency_key"
+#: The header every email carries the key in (SES and SMTP), for tracing.
+KEY_HEADER = "X-Entity-Ref-ID"
+
+
 def idempotency_key(reminder_id: object, run_time_utc: datetime) -> str:
     """Provider idempotency key of one occurrence: "<reminder_id>-<YYYYMMDDTHHMMSSZ>".
 
@@ -152,3 +159,28 @@ def idempotency_key(reminder_id: object, run_time_utc: datetime) -> str:
     """
     instant = run_time_utc.astimezone(UTC)
     return f"{reminder_id}-{instant:%Y%m%dT%H%M%SZ}"
+
+
+_KEY = re.compile(
+    r"(?P<id>[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
+    r"-(?P<at>\d{8}T\d{6}Z)"
+)
+
+
+def parse_idempotency_key(key: str) -> tuple[str, datetime] | None:
+    """The occurrence an `idempotency_key` names: (reminder id as a lower-case UUID
+    string, run time as an aware UTC datetime truncated to the second, as in the key), or
+    None when `key` is not one of ours (a provider event about an email we did not send,
+    or a tag altered on the way).
+
+    The run time has the key's one-second resolution: match a delivery on
+    `run_time_utc >= at AND run_time_utc < at + 1 s`.
+    """
+    match = _KEY.fullmatch(key.strip())
+    if match is None:
+        return None
+    try:
+        at = datetime.strptime(match["at"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:  # 20261399T..., digits that are no date
+        return None
+    return match["id"].lower(), at

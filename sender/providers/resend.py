@@ -2,7 +2,7 @@
 aiohttp-backed client of sender/providers/http.py.
 
 Resend documents: `POST https://api.resend.com/emails` with `Authorization: Bearer <key>`
-and JSON {from, to, subject, html, text}; success 200 {"id": "..."}; the
+and JSON {from, to, subject, html, text, tags: [{name, value}]}; success 200 {"id": "..."}; the
 `Idempotency-Key` header (up to 256 characters, kept 24 hours) makes a retry with the
 same key return the first result instead of sending again; 429 carries `Retry-After`.
 The test suite's fake provider speaks the same protocol.
@@ -14,6 +14,7 @@ import json
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
+from reminder_core.domain.localtime import KEY_TAG
 from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
@@ -119,6 +120,12 @@ class ResendProvider:
                     "subject": email.subject,
                     "text": email.text,
                     "html": email.html,
+                    # Resend tags allow ASCII letters, digits, "_" and "-" (up to 256),
+                    # which our keys are made of. Resend publishes them with every
+                    # webhook event (email.sent, ...): how the webhook endpoint finds the
+                    # delivery of a send whose sender died before it learnt the answer
+                    # (README "Delivery guarantees").
+                    "tags": [{"name": KEY_TAG, "value": idempotency_key}],
                 },
                 headers={
                     "Authorization": f"Bearer {self._api_key}",

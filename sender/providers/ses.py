@@ -40,6 +40,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
+from reminder_core.domain.localtime import KEY_HEADER, KEY_TAG
 from reminder_core.errors import (
     DeliveryError,
     PermanentDeliveryError,
@@ -53,9 +54,6 @@ if TYPE_CHECKING:
     from mypy_boto3_sesv2.client import SESV2Client
     from mypy_boto3_sesv2.type_defs import SendEmailRequestTypeDef
 
-#: Header and message tag that carry the idempotency key.
-KEY_HEADER = "X-Entity-Ref-ID"
-KEY_TAG = "idempotency_key"
 
 #: Rate limits: the message was not taken; a later call may succeed.
 THROTTLING = frozenset(

@@ -83,7 +83,10 @@ WHERE id = ANY(CAST(:ids AS uuid[]));
 -- `sending` row whose lease expired (its worker died) or was released after a transient
 -- error; an occurrence another worker holds under a live lease, or already terminal, is
 -- not taken. Returns the rows taken;
--- the lease token tells which request took which row. `taken_over` is true for a row
+-- the lease token tells which request took which row. `provider_message_id`,
+-- `sent_at` and `recipient` of a row still `sending` are the provider's evidence that it
+-- accepted the email (delivery_record_evidence): the taker records it sent without
+-- sending again. `taken_over` is true for a row
 -- that was `sending` under a lease that ended without a heartbeat (its sender died,
 -- maybe after the provider accepted the email: a possible duplicate), false for a new
 -- row or one whose lease was released (its outcome was known). `expired` reads the
@@ -114,9 +117,10 @@ WITH u AS (
         updated_at = EXCLUDED.updated_at
     WHERE d.status = 'sending'
       AND (d.locked_at IS NULL OR d.locked_at <= :lease_expired_before)
-    RETURNING d.id, d.lease_token, d.provider, d.reminder_id, d.run_time_utc
+    RETURNING d.id, d.lease_token, d.provider, d.reminder_id, d.run_time_utc,
+              d.provider_message_id, d.sent_at, d.recipient
 )
-SELECT t.id, t.lease_token, t.provider,
+SELECT t.id, t.lease_token, t.provider, t.provider_message_id, t.sent_at, t.recipient,
        EXISTS (SELECT 1 FROM expired AS e
                WHERE e.reminder_id = t.reminder_id AND e.run_time_utc = t.run_time_utc)
            AS taken_over
@@ -172,9 +176,12 @@ WITH u AS (
 ), recorded AS (
     UPDATE delivery_log AS d
     SET status = u.status,
-        sent_at = u.sent_at,
+        -- a released row keeps the provider's evidence of an acceptance
+        -- (delivery_record_evidence): the next sender records it sent from there
+        sent_at = CASE WHEN u.status = 'sending' THEN d.sent_at ELSE u.sent_at END,
         provider = coalesce(u.provider, d.provider),
-        provider_message_id = u.provider_message_id,
+        provider_message_id = CASE WHEN u.status = 'sending' THEN d.provider_message_id
+                                   ELSE u.provider_message_id END,
         recipient = coalesce(u.recipient, d.recipient),
         error = u.error,
         attempt_count = d.attempt_count + u.attempts,
@@ -205,9 +212,9 @@ FROM recorded AS rec;
 
 -- name: delivery_recorded_at
 -- After a flush whose commit was not acknowledged (the connection broke): which of its
--- rows that flush did record. Only the lease holder writes a row, and it stamps
--- updated_at with the flush's :now, so a row with that stamp and status was recorded by
--- it; the retried flush then leaves those rows alone instead of calling them lost.
+-- rows that flush did record. Only the lease holder writes a row's status, and it stamps
+-- updated_at with the flush's :now (a provider's evidence, the one other writer, stamps
+-- its own), so a row with that stamp and status was recorded by it; the retried flush then leaves those rows alone instead of calling them lost.
 SELECT d.id
 FROM delivery_log AS d
 JOIN jsonb_to_recordset(CAST(:rows AS jsonb))

@@ -20,7 +20,9 @@ RETURNING r.id, r.next_run_utc;
 
 -- name: abandon_sending
 -- `sending` rows nobody holds (lease expired or released long ago) whose reminder will
--- not come back to them (cancelled, finished, or moved past them): recorded `failed`.
+-- not come back to them (cancelled, finished, or moved past them): recorded `failed`,
+-- or `sent` when the provider's feedback reported it accepted the email
+-- (provider_message_id written by webhooks.apply.apply_evidence).
 -- Rows that their reminder still points at are left: the next claim takes them over,
 -- a paused reminder's included (it is claimed again at that occurrence on resume).
 WITH stale AS (
@@ -38,14 +40,16 @@ WITH stale AS (
     FOR UPDATE OF d SKIP LOCKED
 )
 UPDATE delivery_log AS d
-SET status = 'failed',
-    error = coalesce(d.error || '; ', '') || 'abandoned: no worker finished it',
+SET status = CASE WHEN d.provider_message_id IS NULL THEN 'failed' ELSE 'sent' END,
+    error = CASE WHEN d.provider_message_id IS NULL
+                 THEN coalesce(d.error || '; ', '') || 'abandoned: no worker finished it'
+                 ELSE d.error END,
     locked_at = NULL,
     lease_token = NULL,
     updated_at = :now
 FROM stale
 WHERE d.id = stale.id AND d.run_time_utc = stale.run_time_utc
-RETURNING d.id, d.reminder_id, d.run_time_utc, d.provider, d.attempt_count;
+RETURNING d.id, d.reminder_id, d.run_time_utc, d.provider, d.attempt_count, d.status;
 
 -- name: delivery_held_live
 -- A dead letter's occurrence (or a later one a sender chose for it under the misfire

@@ -202,3 +202,32 @@ FOR UPDATE OF e SKIP LOCKED;
 UPDATE webhook_events
 SET outcome = :outcome, delivery_id = :delivery_id, applied_at = :now
 WHERE id = :id AND outcome = 'unmatched';
+
+-- name: delivery_record_evidence
+-- A provider's webhook says it accepted (or delivered) the email of one occurrence
+-- (webhooks.apply, EventKind.ACCEPTED): write its message id, its provider and the time
+-- it accepted the email on the delivery row while that row is still `sending` (its
+-- sender has not written the answer yet, or died before it could, or lost it in a
+-- timeout), so that whoever takes the row over records it `sent` without calling the
+-- provider again (sender/begin.py). A row with its answer, or with evidence already, is
+-- left as it is (a replayed event changes nothing). The key names the run time to the
+-- second. Returns `found` (delivery rows of that occurrence) and `recorded` (0 or 1).
+WITH target AS (
+    SELECT d.id, d.run_time_utc
+    FROM delivery_log AS d
+    WHERE d.reminder_id = :reminder_id
+      AND d.run_time_utc >= CAST(:run_time_utc AS timestamptz)
+      AND d.run_time_utc < CAST(:run_time_utc AS timestamptz) + interval '1 second'
+), recorded AS (
+    UPDATE delivery_log AS d
+    SET provider = :provider,
+        provider_message_id = :provider_message_id,
+        sent_at = coalesce(CAST(:accepted_at AS timestamptz), CAST(:now AS timestamptz)),
+        recipient = coalesce(d.recipient, nullif(:recipient, '')),
+        updated_at = :now
+    FROM target AS t
+    WHERE d.id = t.id AND d.run_time_utc = t.run_time_utc
+      AND d.status = 'sending' AND d.provider_message_id IS NULL
+    RETURNING d.id
+)
+SELECT (SELECT count(*) FROM target) AS found, (SELECT count(*) FROM recorded) AS recorded;
