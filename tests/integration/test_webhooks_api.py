@@ -57,8 +57,10 @@ from tests.support.sns import (
 from tests.support.webhook_payloads import (
     POSTMARK_BOUNCE,
     RESEND_BOUNCED,
+    RESEND_SENT,
     SES_BOUNCE,
     SES_COMPLAINT,
+    SES_SEND,
 )
 
 SES_URL = "/v1/webhooks/ses"
@@ -841,3 +843,127 @@ def test_a_certificate_host_that_does_not_exist_answers_401(
         resp = api.post(SES_URL, content=ses_notification(signer, SES_BOUNCE))
     problem = assert_problem(resp, 401)
     assert "does not exist" in problem["detail"], problem
+
+
+# == evidence of an accepted send (issue 12) ==========================================
+# A provider's "sent" / "delivered" event names our idempotency key in a message tag
+# (Resend `data.tags`, SES `mail.tags`, or the X-Entity-Ref-ID header). While that
+# occurrence's delivery row is `sending` (its sender died or lost the answer), the event
+# is written on it for the sender that takes it over; otherwise nothing changes.
+
+RUN = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def sending_delivery(engine: Engine) -> tuple[uuid.UUID, str]:
+    """A claimed one-time reminder of alice's whose delivery row a sender left `sending`
+    (leased at RUN); returns the row id and the occurrence's idempotency key."""
+    with engine.begin() as conn:
+        reminder_id = conn.execute(
+            text(
+                "INSERT INTO reminders (user_id, title, start_local, timezone, next_run_utc,"
+                " status, claimed_by, claimed_at) VALUES ('alice', 'Call mum', :local, 'UTC',"
+                " :run, 'claimed', 'c', :run) RETURNING id"
+            ),
+            {"local": RUN.replace(tzinfo=None), "run": RUN},
+        ).scalar_one()
+        delivery_id = conn.execute(
+            text(
+                "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
+                " locked_at, lease_token) VALUES (:r, 'alice', :run, 'sending', :run,"
+                " gen_random_uuid()) RETURNING id"
+            ),
+            {"r": reminder_id, "run": RUN},
+        ).scalar_one()
+    return delivery_id, f"{reminder_id}-20300101T120000Z"
+
+
+def evidence_row(engine: Engine, delivery_id: uuid.UUID) -> tuple[Any, ...]:
+    with engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT status, provider, provider_message_id, sent_at, recipient, lease_token"
+                " IS NOT NULL AS leased FROM delivery_log WHERE id = :id"
+            ),
+            {"id": delivery_id},
+        ).one()
+    return tuple(row)
+
+
+def resend_sent(key: str, *, kind: str = "email.sent") -> bytes:
+    document = json.loads(json.dumps(RESEND_SENT).replace("<key>", key))
+    document["type"] = kind
+    return raw(document)
+
+
+def test_resend_sent_event_is_written_on_the_sending_row_once(
+    client: TestClient, db: Engine
+) -> None:
+    delivery, key = sending_delivery(db)
+    body = resend_sent(key)
+
+    resp = client.post(RESEND_URL, content=body, headers=resend_headers(body))
+
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"status": "processed", "events": 1, "duplicates": 0}
+    # Still `sending` under its lease: the sender holding or taking it over records it.
+    assert evidence_row(db, delivery) == (
+        "sending",
+        "resend",
+        RESEND_SENT["data"]["email_id"],
+        datetime(2024, 2, 22, 23, 41, 12, 126000, tzinfo=UTC),  # the event's created_at
+        "delivered@example.com",
+        True,
+    )
+    assert stored_events(db) == []  # evidence is not a stored event
+
+    # Resend's retry, and the later email.delivered of the same email, change nothing.
+    before = snapshot(db)
+    for again in (body, resend_sent(key, kind="email.delivered")):
+        resp = client.post(
+            RESEND_URL, content=again, headers=resend_headers(again, msg_id="msg_other")
+        )
+        assert resp.status_code == 200, resp.text
+    assert snapshot(db) == before
+
+
+def test_ses_send_record_is_written_on_the_sending_row(
+    client: TestClient, db: Engine, signer: SnsSigner
+) -> None:
+    delivery, key = sending_delivery(db)
+    ses = json.loads(json.dumps(SES_SEND).replace("<key>", key))
+
+    resp = client.post(SES_URL, content=ses_notification(signer, ses))
+
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["events"] == 1
+    assert evidence_row(db, delivery)[:4] == (
+        "sending",
+        "ses",
+        SES_SEND["mail"]["messageId"],
+        datetime(2016, 10, 14, 5, 2, 16, 645000, tzinfo=UTC),  # mail.timestamp
+    )
+
+
+def test_evidence_for_a_delivery_with_its_answer_changes_nothing(
+    client: TestClient, db: Engine
+) -> None:
+    delivery = sent_delivery(db, provider="resend", message_id="m-1", recipient="a@example.com")
+    with db.connect() as conn:
+        rid, run = conn.execute(
+            text("SELECT reminder_id, run_time_utc FROM delivery_log WHERE id = :id"),
+            {"id": delivery},
+        ).one()
+    before = snapshot(db)
+    # Its own key (the sender recorded it first, as usual), a key of no delivery of ours,
+    # and a tag that is no key of ours at all: acknowledged, nothing changes.
+    keys = (
+        f"{rid}-{run.astimezone(UTC):%Y%m%dT%H%M%SZ}",
+        f"{uuid.uuid4()}-20300101T120000Z",
+        "not-a-key",
+    )
+    for key in keys:
+        body = resend_sent(key)
+        resp = client.post(RESEND_URL, content=body, headers=resend_headers(body))
+        assert resp.status_code == 200, resp.text
+    assert snapshot(db) == before
+    assert delivery_status(db, delivery) == "sent"

@@ -125,3 +125,85 @@ POSTMARK_COMPLAINT: dict[str, Any] = {
     "Details": "Test spam complaint details",
     "CanActivate": False,
 }
+
+# SES Developer Guide, "Examples of event data that Amazon SES publishes to Amazon SNS",
+# Send record (event publishing through a configuration set: `mail.tags`, each a list).
+# The example's custom tag is replaced by the one our sender sets (`idempotency_key`,
+# sender/providers/ses.py); its value is filled in by each test.
+SES_SEND: dict[str, Any] = {
+    "eventType": "Send",
+    "mail": {
+        "timestamp": "2016-10-14T05:02:16.645Z",
+        "source": "sender@example.com",
+        "sourceArn": "arn:aws:ses:us-east-1:123456789012:identity/sender@example.com",
+        "sendingAccountId": "123456789012",
+        "messageId": "EXAMPLE7c191be45-e9aedb9a-02f9-4d12-a87d-dd0099a07f8a-000000",
+        "destination": ["recipient@example.com"],
+        "headersTruncated": False,
+        "headers": [
+            {"name": "From", "value": "sender@example.com"},
+            {"name": "To", "value": "recipient@example.com"},
+            {"name": "Subject", "value": "Message sent from Amazon SES"},
+        ],
+        "commonHeaders": {
+            "from": ["sender@example.com"],
+            "to": ["recipient@example.com"],
+            "messageId": "EXAMPLE7c191be45-e9aedb9a-02f9-4d12-a87d-dd0099a07f8a-000000",
+            "subject": "Message sent from Amazon SES",
+        },
+        "tags": {
+            "ses:configuration-set": ["ConfigSet"],
+            "ses:source-ip": ["192.0.2.0"],
+            "ses:from-domain": ["example.com"],
+            "ses:caller-identity": ["ses_user"],
+            "idempotency_key": ["<key>"],
+        },
+    },
+    "send": {},
+}
+# The same guide's "Amazon SNS notification examples": a Delivery notification of an
+# identity's feedback (no tags: "If using feedback notifications directly on the
+# identity, SES does not publish tags"), with the original headers included, among them
+# the X-Entity-Ref-ID header our sender sets; its value is filled in by each test.
+SES_DELIVERY_NOTIFICATION: dict[str, Any] = {
+    "notificationType": "Delivery",
+    "mail": {
+        "timestamp": "2016-01-27T14:59:38.237Z",
+        "messageId": "0000014644fe5ef6-9a483358-9170-4cb4-a269-f5dcdf415321-000000",
+        "source": "john@example.com",
+        "sourceArn": "arn:aws:ses:us-east-1:888888888888:identity/example.com",
+        "sourceIp": "127.0.3.0",
+        "sendingAccountId": "123456789012",
+        "destination": ["jane@example.com"],
+        "headersTruncated": False,
+        "headers": [
+            {"name": "From", "value": "\"John Doe\" <john@example.com>"},
+            {"name": "To", "value": "\"Jane Doe\" <jane@example.com>"},
+            {"name": "X-Entity-Ref-ID", "value": "<key>"},
+        ],
+    },
+    "delivery": {
+        "timestamp": "2016-01-27T14:59:38.237Z",
+        "recipients": ["jane@example.com"],
+        "processingTimeMillis": 546,
+        "reportingMTA": "a8-70.smtp-out.amazonses.com",
+        "smtpResponse": "250 ok:  Message 64111812 accepted",
+        "remoteMtaIp": "127.0.2.0",
+    },
+}
+# Resend docs, "email.sent" (current page: `tags` as an object name -> value; the
+# example's `category` tag replaced by ours, filled in by each test).
+RESEND_SENT: dict[str, Any] = {
+    "type": "email.sent",
+    "created_at": "2024-02-22T23:41:12.126Z",
+    "data": {
+        "broadcast_id": "8b146471-e88e-4322-86af-016cd36fd216",
+        "created_at": "2024-02-22T23:41:11.894719+00:00",
+        "email_id": "56761188-7520-42d8-8898-ff6fc54ce618",
+        "from": "Acme <onboarding@example.com>",
+        "to": ["delivered@example.com"],
+        "subject": "Sending this example",
+        "template_id": "43f68331-0622-4e15-8202-246a0388854b",
+        "tags": {"idempotency_key": "<key>"},
+    },
+}

@@ -20,6 +20,7 @@ from reminder_core.domain.localtime import (
     idempotency_key,
     load_zone,
     local_to_utc,
+    parse_idempotency_key,
     parse_start_local,
 )
 from reminder_core.domain.schedule import first_run_utc
@@ -138,3 +139,31 @@ def test_idempotency_key_is_stable_and_utc() -> None:
     paris = datetime(2026, 12, 1, 10, 0, tzinfo=ZoneInfo("Europe/Paris"))
     assert idempotency_key(rid, paris) == f"{rid}-20261201T090000Z"
     assert idempotency_key(rid, paris) == idempotency_key(rid, paris.astimezone(UTC))
+
+
+def test_an_idempotency_key_names_its_occurrence_back() -> None:
+    # The key's documented form: "<reminder_id>-<YYYYMMDDTHHMMSSZ>", to the second.
+    rid = "0192A4B5-6C7D-7E8F-9A0B-1C2D3E4F5A6B"
+    at = datetime(2026, 3, 29, 1, 30, 15, 250000, tzinfo=UTC)
+    key = idempotency_key(rid.lower(), at)
+    assert key == "0192a4b5-6c7d-7e8f-9a0b-1c2d3e4f5a6b-20260329T013015Z"
+    assert parse_idempotency_key(key) == (rid.lower(), at.replace(microsecond=0))
+    assert parse_idempotency_key(key.replace(rid.lower(), rid)) == (
+        rid.lower(),
+        at.replace(microsecond=0),
+    )
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "not-a-key",
+        "0192a4b5-6c7d-7e8f-9a0b-1c2d3e4f5a6b",
+        "0192a4b5-6c7d-7e8f-9a0b-1c2d3e4f5a6b-20261399T013015Z",  # no 99th day
+        "0192a4b5-6c7d-7e8f-9a0b-1c2d3e4f5a6b-20260329T013015Z-extra",
+        "0192a4b5_6c7d_7e8f_9a0b_1c2d3e4f5a6b-20260329T013015Z",
+    ],
+)
+def test_other_texts_are_no_idempotency_key(key: str) -> None:
+    assert parse_idempotency_key(key) is None

@@ -8,7 +8,7 @@ Expected values come from:
   secret made for the test.
 - Resend docs, event pages `email.bounced` (example: email_id
   56761188-7520-42d8-8898-ff6fc54ce618, bounce type "Permanent", subType "Suppressed")
-  and `email.complained`.
+  and `email.complained`, `email.sent` (its example, with our `idempotency_key` tag).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from svix.webhooks import Webhook
 from reminder_core.errors import MalformedBody, Unauthenticated
 from tests.support.webhook_payloads import RESEND_BOUNCED as BOUNCED
 from tests.support.webhook_payloads import RESEND_COMPLAINED as COMPLAINED
+from tests.support.webhook_payloads import RESEND_SENT as SENT
 from webhooks.events import EventKind, WebhookEvent
 from webhooks.resend import ResendVerifier, parse_resend_events
 
@@ -208,3 +209,46 @@ def test_other_events_carry_nothing(kind: str | None) -> None:
 def test_malformed_events_are_refused(body: bytes) -> None:
     with pytest.raises(MalformedBody):
         parse_resend_events(MSG_ID, body)
+
+
+# -- email.sent / email.delivered: evidence that Resend accepted an email (issue 12) ----
+
+KEY = "0192a4b5-6c7d-7e8f-9a0b-1c2d3e4f5a6b-20261202T090000Z"
+
+
+def sent(kind: str = "email.sent", tags: object = None) -> bytes:
+    document = json.loads(json.dumps(SENT))
+    document["type"] = kind
+    document["data"]["tags"] = {"idempotency_key": KEY} if tags is None else tags
+    return json.dumps(document).encode()
+
+
+@pytest.mark.parametrize("kind", ["email.sent", "email.delivered"])
+def test_sent_and_delivered_are_evidence_found_by_the_tag(kind: str) -> None:
+    # Resend's email.sent example, with our tag in the current docs' object form.
+    assert parse_resend_events(MSG_ID, sent(kind)) == [
+        WebhookEvent(
+            provider="resend",
+            event_id=MSG_ID,
+            kind=EventKind.ACCEPTED,
+            provider_message_id="56761188-7520-42d8-8898-ff6fc54ce618",
+            recipient="delivered@example.com",
+            reason="accepted",
+            occurred_at=datetime(2024, 2, 22, 23, 41, 12, 126000, tzinfo=UTC),
+            idempotency_key=KEY,
+        )
+    ]
+
+
+def test_the_list_form_of_tags_is_read_too() -> None:
+    # Earlier Resend docs show tags as [{"name": ..., "value": ...}].
+    tags = [{"name": "category", "value": "x"}, {"name": "idempotency_key", "value": KEY}]
+    [event] = parse_resend_events(MSG_ID, sent(tags=tags))
+    assert event.idempotency_key == KEY
+
+
+@pytest.mark.parametrize(
+    "tags", [{}, {"category": "confirm_email"}, [], [{"name": "idempotency_key"}], "x", 7]
+)
+def test_a_sent_event_without_our_key_is_no_event(tags: object) -> None:
+    assert parse_resend_events(MSG_ID, sent(tags=tags)) == []

@@ -42,7 +42,12 @@ from tests.support.sns import (
     notification,
     subscription_confirmation,
 )
-from tests.support.webhook_payloads import SES_BOUNCE, SES_COMPLAINT
+from tests.support.webhook_payloads import (
+    SES_BOUNCE,
+    SES_COMPLAINT,
+    SES_DELIVERY_NOTIFICATION,
+    SES_SEND,
+)
 from webhooks.events import EventKind, WebhookEvent
 from webhooks.sns import (
     SnsMessage,
@@ -689,3 +694,50 @@ def test_signer_signature_is_base64_of_the_key_size(signer: SnsSigner) -> None:
     # Guard on the test signer itself: RSA-2048 signatures are 256 bytes.
     signed = signer.sign(notification("x", message_id="m"))
     assert len(base64.b64decode(signed["Signature"])) == 256
+
+
+# -- SES Send / Delivery: evidence that SES accepted an email (issue 12) ---------------
+
+KEY = "0192a4b5-6c7d-7e8f-9a0b-1c2d3e4f5a6b-20261202T090000Z"
+
+
+def with_key(template: dict[str, Any], key: str = KEY) -> dict[str, Any]:
+    """A copy of `template` whose "<key>" placeholders hold `key`."""
+    return json.loads(json.dumps(template).replace("<key>", key))
+
+
+def test_a_send_record_is_evidence_found_by_the_idempotency_key_tag() -> None:
+    # The Send record of the SES Developer Guide, with our tag among SES's own.
+    assert parse_ses_events(sns_message(with_key(SES_SEND), "sns-7")) == [
+        WebhookEvent(
+            provider="ses",
+            event_id="sns-7#accepted",
+            kind=EventKind.ACCEPTED,
+            provider_message_id="EXAMPLE7c191be45-e9aedb9a-02f9-4d12-a87d-dd0099a07f8a-000000",
+            recipient="recipient@example.com",
+            reason="accepted",
+            occurred_at=datetime(2016, 10, 14, 5, 2, 16, 645000, tzinfo=UTC),
+            idempotency_key=KEY,
+        )
+    ]
+
+
+def test_an_identity_delivery_notification_is_evidence_found_by_the_header() -> None:
+    # Identity notifications carry no tags (SES Developer Guide); with the original
+    # headers included, the X-Entity-Ref-ID header the sender sets names the key.
+    [event] = parse_ses_events(sns_message(with_key(SES_DELIVERY_NOTIFICATION)))
+    assert (event.kind, event.idempotency_key, event.recipient) == (
+        EventKind.ACCEPTED,
+        KEY,
+        "jane@example.com",
+    )
+    assert event.provider_message_id == SES_DELIVERY_NOTIFICATION["mail"]["messageId"]
+
+
+def test_a_send_record_without_our_key_is_no_event() -> None:
+    ses = with_key(SES_SEND)
+    del ses["mail"]["tags"]["idempotency_key"]
+    assert parse_ses_events(sns_message(ses)) == []
+    delivery = with_key(SES_DELIVERY_NOTIFICATION)
+    delivery["mail"]["headers"] = delivery["mail"]["headers"][:2]
+    assert parse_ses_events(sns_message(delivery)) == []
