@@ -76,7 +76,8 @@ SENDS_RECOVERED = Counter(
     "Occurrences whose earlier sender died (or lost the answer) after the provider"
     " accepted the email, found in the provider's own feedback (a `Send`/`Delivery` or"
     " `email.sent`/`email.delivered` webhook naming the idempotency key) and recorded"
-    " `sent` without sending again, by provider.",
+    " `sent` without sending again, by provider (counted when found: a sender that dies"
+    " before its record commits counts it again).",
     ["provider"],
 )
 SEND_EVIDENCE = Counter(

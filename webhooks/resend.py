@@ -86,7 +86,9 @@ def parse_resend_events(event_id: str, body: bytes) -> list[WebhookEvent]:
     - `email.complained`: a COMPLAINT, reason "complaint".
     - `email.sent` (Resend took the email) and `email.delivered`: one ACCEPTED event
       whose `idempotency_key` is the `idempotency_key` tag the sender set, for the first
-      address of `data.to`; none when the tag is absent (an email we did not send).
+      address of `data.to`, occurred_at `data.created_at` (when Resend took the email;
+      else the event's `created_at`); none when the tag is absent (an email we did not
+      send).
     - Any other type (email.opened, email.clicked, ...): no event.
 
     One event per address of `data.to` (a list, or a single string); event_id is the
@@ -148,7 +150,9 @@ def _accepted(event_id: str, document: dict[str, object]) -> list[WebhookEvent]:
             event_id,
             provider_message_id=email_id,
             to=data.get("to"),
-            occurred_at=instant(document.get("created_at")),
+            # data.created_at: when Resend took the email (the top-level created_at is
+            # the event's, later by the webhook's delay, or the delivery's)
+            occurred_at=instant(data.get("created_at")) or instant(document.get("created_at")),
             idempotency_key=key,
         )
     ]

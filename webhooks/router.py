@@ -145,7 +145,9 @@ def build_router(
             return {"status": receipt.action, "events": 0, "duplicates": 0}
         return apply_all(parse_ses_events(receipt.message), body)
 
-    @router.post("/ses", summary="Amazon SES bounces and complaints through Amazon SNS")
+    @router.post(
+        "/ses", summary="Amazon SES sends, deliveries, bounces and complaints through Amazon SNS"
+    )
     async def ses(request: Request) -> dict[str, object]:
         """An SNS HTTPS subscription of a topic that SES publishes feedback to."""
         if sns is None:
@@ -153,9 +155,12 @@ def build_router(
         body = await read_body(request, limit)
         return await run_in_threadpool(handle_ses, sns, body)
 
-    @router.post("/resend", summary="Resend bounces and complaints (Svix signature)")
+    @router.post(
+        "/resend", summary="Resend sent, delivered, bounced and complained events (Svix signature)"
+    )
     async def resend_webhook(request: Request) -> dict[str, object]:
-        """A Resend webhook endpoint subscribed to email.bounced and email.complained."""
+        """A Resend webhook endpoint subscribed to email.sent, email.bounced and
+        email.complained (email.delivered is read too)."""
         if resend is None:
             raise NotFound("the Resend webhook is not configured (WEBHOOK_RESEND_SECRET)")
         body = await read_body(request, limit)

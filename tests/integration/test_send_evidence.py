@@ -109,8 +109,10 @@ def email_sent(api: TestClient, key: str, message_id: str) -> None:
     """Resend's documented email.sent event for `message_id`, tagged with `key` (as the
     fake's own request shows the adapter tags it), signed and posted to the API."""
     document = json.loads(json.dumps(RESEND_SENT).replace("<key>", key))
-    document["created_at"] = ACCEPTED_AT.isoformat()
-    document["data"].update(email_id=message_id, to=["alice@example.com"])
+    document["created_at"] = (ACCEPTED_AT + timedelta(seconds=1)).isoformat()  # the event's
+    document["data"].update(
+        email_id=message_id, to=["alice@example.com"], created_at=ACCEPTED_AT.isoformat()
+    )
     body = json.dumps(document).encode()
     msg_id = f"msg_{uuid.uuid4().hex}"
     headers = {

@@ -910,7 +910,7 @@ def test_resend_sent_event_is_written_on_the_sending_row_once(
         "sending",
         "resend",
         RESEND_SENT["data"]["email_id"],
-        datetime(2024, 2, 22, 23, 41, 12, 126000, tzinfo=UTC),  # the event's created_at
+        datetime(2024, 2, 22, 23, 41, 11, 894719, tzinfo=UTC),  # the email's created_at
         "delivered@example.com",
         True,
     )

@@ -5,7 +5,9 @@ the workload processes, and the checks and kill storms those tests share.
 Every workload runs as `python -m reminders <workload>` against the fake
 Resend-compatible provider (tests/support/fake_provider.py), with timeouts shortened
 through the environment so that recovery (visibility timeout, delivery lease, claim
-reaper) takes seconds.
+reaper) takes seconds. Given a Resend webhook secret, the `api` workload serves
+`/v1/webhooks/resend` (WEBHOOK_RESEND_SECRET) and `provider_webhooks_to_api` makes the
+fake post its Svix-signed events there, as Resend would.
 """
 
 from __future__ import annotations
@@ -70,11 +72,19 @@ APPS = {
 
 @dataclass
 class Rig:
-    """One system under test: a database, the fake provider, the workload processes."""
+    """One system under test: a database, the fake provider, the workload processes.
+
+    Args:
+        resend_webhook_secret: a "whsec_<base64>" secret (e.g.
+            tests.support.fake_provider.new_webhook_secret()) given to every workload as
+            WEBHOOK_RESEND_SECRET, so that the `api` serves /v1/webhooks/resend; None:
+            unset, that endpoint answers 404.
+    """
 
     workdir: Path
     url: str
     engine: Engine
+    resend_webhook_secret: str | None = None
     provider: FakeProviderProcess = field(init=False)
     procs: Workloads = field(init=False)
     api_port: int = field(init=False, default=0)
@@ -97,6 +107,8 @@ class Rig:
                 **FAST_RECOVERY,
             }
         )
+        if self.resend_webhook_secret is not None:
+            env["WEBHOOK_RESEND_SECRET"] = self.resend_webhook_secret
         self.procs = Workloads(env, self.workdir)
 
     def configure(self, **values: str) -> None:
@@ -117,6 +129,23 @@ class Rig:
     @property
     def api(self) -> str:
         return f"http://{HOST}:{self.api_port}"
+
+    @property
+    def resend_webhook_url(self) -> str:
+        """The API's Resend webhook endpoint (served with a `resend_webhook_secret`)."""
+        return f"{self.api}/v1/webhooks/resend"
+
+    def provider_webhooks_to_api(
+        self, delay_s: float, events: tuple[str, ...] = ("email.sent",)
+    ) -> None:
+        """Make the fake post `events` for every message it accepts from now on to the
+        API's /v1/webhooks/resend, signed with this rig's secret, `delay_s` after
+        acceptance. Needs the secret, and "api" started (its port is known then)."""
+        assert self.resend_webhook_secret is not None, "a Rig without a webhook secret"
+        assert self.api_port, "start the api first"
+        self.provider.set_webhooks(
+            self.resend_webhook_url, self.resend_webhook_secret, delay_s, events
+        )
 
     def api_ready(self) -> bool:
         try:

@@ -177,8 +177,8 @@ SES_DELIVERY_NOTIFICATION: dict[str, Any] = {
         "destination": ["jane@example.com"],
         "headersTruncated": False,
         "headers": [
-            {"name": "From", "value": "\"John Doe\" <john@example.com>"},
-            {"name": "To", "value": "\"Jane Doe\" <jane@example.com>"},
+            {"name": "From", "value": '"John Doe" <john@example.com>'},
+            {"name": "To", "value": '"Jane Doe" <jane@example.com>'},
             {"name": "X-Entity-Ref-ID", "value": "<key>"},
         ],
     },

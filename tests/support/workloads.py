@@ -239,6 +239,24 @@ class FakeProviderProcess:
         at SES or an SMTP server (calls with a key already accepted are still counted)."""
         self.client.post("/_mode", json={"dedupe": dedupe}).raise_for_status()
 
+    def set_webhooks(
+        self,
+        url: str | None,
+        secret: str = "",
+        delay_s: float = 0.0,
+        events: tuple[str, ...] = ("email.sent",),
+    ) -> None:
+        """POST /_webhooks: from now on, every message the fake accepts (a resent one
+        too, and one whose client is already gone) gets one Svix-signed webhook per type
+        of `events` POSTed to `url` `delay_s` after acceptance, failed POSTs tried again
+        with backoff; url None turns them off. Counts: `stats()["webhooks"]`."""
+        body = {"url": url, "secret": secret, "delay_s": delay_s, "events": list(events)}
+        self.client.post("/_webhooks", json=body).raise_for_status()
+
+    def webhooks_idle(self) -> bool:
+        """No webhook is waiting for its time or for a retry, or being posted."""
+        return int(self.stats()["webhooks"]["pending"]) == 0
+
     def close(self) -> None:
         self.client.close()
         _killpg(self.proc)
