@@ -69,6 +69,7 @@ class _Batch:
         self.refused: list[tuple[uuid.UUID, datetime, Refusal]] = []
         self.to_take: list[_ToTake] = []
         self.begun: list[Begun] = []
+        self.paused: list[Received] = []  # paused by their users while on their way
 
 
 class Begin:
@@ -132,6 +133,7 @@ class Begin:
                 refusal = blocked.get(profile.email) if profile is not None else None
                 self._decide(batch, r, reminders.get(r.occurrence.reminder_id), profile, refusal)
             self._record_terminal(batch)
+            self._record_paused(batch)
             record_refusals(conn, batch.refused, now=now)  # pause (recurring) or fail
             if batch.to_take:
                 self._take(batch)
@@ -181,8 +183,8 @@ class Begin:
             # Paused by its user while this message was on its way: the occurrence is
             # still the reminder's next one and is claimed again on resume (same key), so
             # nothing is recorded (a `cancelled` row would make the resumed reminder fail
-            # as a duplicate).
-            batch.decided.append(Decided.of(r, Outcome.CANCELLED))
+            # as a duplicate), unless the provider reported its send (`_record_paused`).
+            batch.paused.append(r)
         elif not still_due(reminder, occ.run_time_utc):
             status, error = DeliveryStatus.CANCELLED, f"superseded: reminder is {reminder.status}"
             if (held := paused_refusal(reminder, occ.run_time_utc)) is not None:
@@ -290,7 +292,7 @@ class Begin:
         for t in sorted(batch.terminal, key=lambda t: (t.reminder_id, t.run_time_utc)):
             distinct.setdefault((t.reminder_id, t.run_time_utc), t)
         recorded = {
-            (row.reminder_id, row.run_time_utc)
+            (row.reminder_id, row.run_time_utc): row.status
             for row in conn.execute(
                 query("delivery_record_terminal_batch"),
                 {
@@ -309,16 +311,52 @@ class Begin:
                 },
             )
         }
+        # A row the provider reported sent (its sender died) was recorded `sent`: the
+        # email went out, so no refusal fails or pauses its reminder for it.
+        sent = {key for key, status in recorded.items() if status == DeliveryStatus.SENT}
+        batch.refused = [f for f in batch.refused if (f[0], f[1]) not in sent]
         for t in batch.terminal:
             if t.received is None:
                 continue
-            if (t.reminder_id, t.run_time_utc) not in recorded:
+            key = (t.reminder_id, t.run_time_utc)
+            if key not in recorded:
                 outcome = Outcome.DUPLICATE
+            elif key in sent:
+                log.info(
+                    "send recovered from provider feedback: recorded sent though its"
+                    " reminder no longer wants it (the email went out)",
+                    extra=_fields(t.received),
+                )
+                outcome = Outcome.SENT
             elif t.status is DeliveryStatus.SUPPRESSED:
                 outcome = Outcome.SUPPRESSED
             else:
                 outcome = Outcome.CANCELLED
             batch.decided.append(Decided.of(t.received, outcome))
+
+    def _record_paused(self, batch: _Batch) -> None:
+        """Decide the occurrences of reminders paused while on their way: CANCELLED
+        (nothing recorded; claimed again on resume), or SENT when their `sending` row
+        carries the provider's evidence of the send (one statement for the batch)."""
+        if not batch.paused:
+            return
+        rows = batch.conn.execute(
+            query("delivery_record_evidenced_sent"),
+            {
+                "rows": json_rows(
+                    {"reminder_id": r.occurrence.reminder_id,
+                     "run_time_utc": r.occurrence.run_time_utc}
+                    for r in batch.paused
+                ),
+                "now": batch.now,
+                "lease_expired_before": batch.now - timedelta(seconds=self.lease_s),
+            },
+        )  # fmt: skip
+        sent = {(row.reminder_id, row.run_time_utc) for row in rows}
+        for r in batch.paused:
+            occ = r.occurrence
+            outcome = Outcome.SENT if (occ.reminder_id, occ.run_time_utc) in sent else None
+            batch.decided.append(Decided.of(r, outcome or Outcome.CANCELLED))
 
     def _take(self, batch: _Batch) -> None:
         """Insert (or take over) the delivery rows of `batch.to_take` as `sending` under

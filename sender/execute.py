@@ -39,6 +39,8 @@ class _Attempt:
         self.calls = 0
         self.recipient: str | None = None
         self.pinned = begun.pinned  # recorded on the row: an ambiguous attempt's provider
+        self.ambiguous = False  # the last failure may have reached the provider
+        self.accepted_at: datetime | None = None  # from the provider's evidence
 
 
 class Executor:
@@ -153,14 +155,28 @@ class Executor:
             # rest of the batch is completed.
             log.exception("delivery error", extra=_fields(begun, self._provider_of(attempt)))
             return self._to_retry(attempt, exc)
-        return self._result(attempt, Outcome.SENT, receipt=receipt, sent_at=self._clock())
+        sent_at = attempt.accepted_at or self._clock()
+        return self._result(attempt, Outcome.SENT, receipt=receipt, sent_at=sent_at)
 
-    def _recovered(self, begun: Begun, receipt: SendReceipt) -> SendResult:
-        """The provider already accepted this email (its webhook said so while the row
-        was `sending`: its sender died or lost the answer): record it sent as the provider
-        reported, with no provider call, whatever the reminder became since (the email
-        went out). Counted in `reminders_sends_recovered_total`, logged "send recovered
-        from provider feedback"."""
+    def _evidence(self, attempt: _Attempt) -> SendReceipt | None:
+        """Before retrying an ambiguous failure: the provider's evidence that it took the
+        request whose answer was lost (its webhook wrote it on the row meanwhile), as the
+        receipt to record instead of sending again; None without evidence."""
+        begun = attempt.begun
+        with self._engine.connect() as conn:
+            row = conn.execute(
+                query("delivery_evidence"),
+                {"id": begun.delivery_id, "run_time_utc": begun.chosen,
+                 "lease_token": begun.lease_token},
+            ).one_or_none()  # fmt: skip
+        if row is None:
+            return None
+        receipt = SendReceipt(provider=row.provider, provider_message_id=row.provider_message_id)
+        self._log_recovered(begun, receipt)
+        attempt.accepted_at = row.sent_at
+        return receipt
+
+    def _log_recovered(self, begun: Begun, receipt: SendReceipt) -> None:
         SENDS_RECOVERED.labels(provider=receipt.provider).inc()
         log.info(
             "send recovered from provider feedback: the provider accepted it before its"
@@ -168,7 +184,17 @@ class Executor:
             extra=_fields(begun, receipt.provider, idempotency_key=begun.key,
                           provider_message_id=receipt.provider_message_id),
         )  # fmt: skip
-        recipient = begun.accepted_to or (begun.profile.email if begun.profile else None)
+
+    def _recovered(self, begun: Begun, receipt: SendReceipt) -> SendResult:
+        """The provider already accepted this email (its webhook said so while the row
+        was `sending`: its sender died or lost the answer): record it sent as the provider
+        reported, with no provider call, whatever the reminder became since (the email
+        went out). Counted in `reminders_sends_recovered_total`, logged "send recovered
+        from provider feedback"."""
+        self._log_recovered(begun, receipt)
+        # The address this occurrence goes to; the provider's event names it only as the
+        # fallback (it is the provider's word, and a profile may be gone).
+        recipient = (begun.profile.email if begun.profile else None) or begun.accepted_to
         return SendResult(
             begun, Outcome.SENT, attempts=0, receipt=receipt, recipient=recipient,
             sent_at=begun.accepted_at or self._clock(), provider=receipt.provider,
@@ -225,6 +251,8 @@ class Executor:
             with retrying:
                 if failed:
                     raise failed.pop()
+                if attempt.ambiguous and (evidence := self._evidence(attempt)) is not None:
+                    return evidence
                 attempt.calls += 1
                 return self._provider.send(email, idempotency_key=begun.key)
         raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
@@ -252,7 +280,8 @@ class Executor:
             state.start_time = started
 
         def before_sleep(state: RetryCallState) -> None:
-            del state
+            failure = state.outcome.exception() if state.outcome is not None else None
+            attempt.ambiguous = bool(getattr(failure, "ambiguous", False))
             self._pin(attempt)
 
         return Retrying(

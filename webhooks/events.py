@@ -59,20 +59,33 @@ class WebhookEvent:
     idempotency_key: str | None = None
 
 
-def accepted_event(
+#: Longest provider message id taken as evidence (SES's are about 60 characters,
+#: Resend's 36): a longer one is no id of a provider we call, and would not fit the
+#: (provider, provider_message_id) index.
+MAX_MESSAGE_ID = 255
+
+
+def accepted_events(
     provider: str,
     event_id: str,
     *,
-    provider_message_id: str,
+    provider_message_id: object,
     to: object,
     occurred_at: datetime | None,
     idempotency_key: str,
-) -> WebhookEvent:
-    """The ACCEPTED event of a provider's "sent" / "delivered" record: `to` is the
-    record's recipient list (or one address); the first address is kept when it is a
-    string of at most 254 characters (ours are single-recipient emails), else ""."""
+) -> list[WebhookEvent]:
+    """The ACCEPTED event of a provider's "sent" / "delivered" record, as a list of one;
+    none when `provider_message_id` is not a string of 1 to MAX_MESSAGE_ID characters
+    once surrounding white space is removed. `to` is the record's recipient list (or one
+    address); the first address is kept when it is a string of at most 254 characters
+    (ours are single-recipient emails), else ""."""
+    if not isinstance(provider_message_id, str):
+        return []
+    provider_message_id = provider_message_id.strip()
+    if not 0 < len(provider_message_id) <= MAX_MESSAGE_ID:
+        return []
     first = to[0] if isinstance(to, list) and to else to
-    return WebhookEvent(
+    event = WebhookEvent(
         provider=provider,
         event_id=event_id,
         kind=EventKind.ACCEPTED,
@@ -82,3 +95,4 @@ def accepted_event(
         occurred_at=occurred_at,
         idempotency_key=idempotency_key,
     )
+    return [event]

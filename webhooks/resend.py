@@ -24,7 +24,7 @@ from svix.webhooks import Webhook, WebhookVerificationError
 
 from reminder_core.domain.localtime import KEY_TAG
 from reminder_core.errors import MalformedBody, Unauthenticated
-from webhooks.events import EventKind, WebhookEvent, accepted_event
+from webhooks.events import EventKind, WebhookEvent, accepted_events
 from webhooks.parsing import MAX_EVENT_ID, address, instant, parse_json_object, reason
 
 PROVIDER = "resend"
@@ -139,23 +139,20 @@ def _accepted(event_id: str, document: dict[str, object]) -> list[WebhookEvent]:
     if not isinstance(data, dict):
         return []
     key = _tag(data.get("tags"), KEY_TAG)
-    email_id = data.get("email_id")
-    if key is None or not isinstance(email_id, str) or not email_id:
+    if key is None:
         return []
     if len(event_id) > MAX_EVENT_ID:
         raise MalformedBody(f"svix-id longer than {MAX_EVENT_ID} characters")
-    return [
-        accepted_event(
-            PROVIDER,
-            event_id,
-            provider_message_id=email_id,
-            to=data.get("to"),
-            # data.created_at: when Resend took the email (the top-level created_at is
-            # the event's, later by the webhook's delay, or the delivery's)
-            occurred_at=instant(data.get("created_at")) or instant(document.get("created_at")),
-            idempotency_key=key,
-        )
-    ]
+    return accepted_events(
+        PROVIDER,
+        event_id,
+        provider_message_id=data.get("email_id"),
+        to=data.get("to"),
+        # data.created_at: when Resend took the email (the top-level created_at is
+        # the event's, later by the webhook's delay, or the delivery's)
+        occurred_at=instant(data.get("created_at")) or instant(document.get("created_at")),
+        idempotency_key=key,
+    )
 
 
 def _tag(tags: object, name: str) -> str | None:

@@ -46,7 +46,7 @@ from reminder_core.errors import (
     MalformedBody,
     Unauthenticated,
 )
-from webhooks.events import EventKind, WebhookEvent, accepted_event
+from webhooks.events import EventKind, WebhookEvent, accepted_events
 from webhooks.parsing import address, instant, parse_json_object, reason
 
 log = logging.getLogger(__name__)
@@ -523,16 +523,14 @@ def _accepted(sns_id: str, message_id: str, mail: Mapping[str, object]) -> list[
     key = _tag(mail.get("tags"), KEY_TAG) or _header(mail.get("headers"), KEY_HEADER)
     if key is None:
         return []
-    return [
-        accepted_event(
-            PROVIDER,
-            f"{sns_id}#accepted",
-            provider_message_id=message_id,
-            to=mail.get("destination"),
-            occurred_at=instant(mail.get("timestamp")),
-            idempotency_key=key,
-        )
-    ]
+    return accepted_events(
+        PROVIDER,
+        f"{sns_id}#accepted",
+        provider_message_id=message_id,
+        to=mail.get("destination"),
+        occurred_at=instant(mail.get("timestamp")),
+        idempotency_key=key,
+    )
 
 
 def _tag(tags: object, name: str) -> str | None:

@@ -36,6 +36,7 @@ from svix.webhooks import Webhook
 from coordinator.maintenance import Maintenance
 from reminder_api.app import create_app
 from reminder_core.domain.localtime import idempotency_key
+from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import TransientDeliveryError
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
@@ -233,3 +234,54 @@ def test_the_reaper_records_an_abandoned_row_with_evidence_as_sent(
     assert maintenance.abandon_sending(NOW + timedelta(seconds=120)) == 1
     row = one(db, "SELECT status, provider_message_id, error FROM delivery_log")
     assert tuple(row) == ("sent", message_id, None)
+
+
+def test_the_same_senders_retry_of_an_ambiguous_failure_records_the_evidence(
+    db: Engine, queue: PostgresQueue, settings: Settings, api: TestClient
+) -> None:
+    # A timeout after the request went out; the provider's webhook came during the
+    # backoff: the retry records it instead of sending a second email.
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    provider = _AcceptedThenLost(api, "re-0002")
+    retry = RetryPolicy(attempts=3, base_s=0.01, max_wait_s=0.01)
+    sender = make_sender(db, queue, settings, provider, retry=retry)  # type: ignore[arg-type]
+    assert sender.run_once(NOW).counts == {"sent": 1}
+    assert len(provider.calls) == 1
+    row = one(db, "SELECT status, provider_message_id, sent_at, attempt_count FROM delivery_log")
+    assert tuple(row) == ("sent", "re-0002", ACCEPTED_AT, 1)
+
+
+@pytest.mark.parametrize(
+    ("change", "reminder_status"),
+    [
+        ("UPDATE reminders SET status = 'cancelled', next_run_utc = NULL", "cancelled"),
+        (
+            "UPDATE reminders SET status = 'pending', next_run_utc = next_run_utc + interval '5 hours'",
+            "pending",
+        ),
+        ("UPDATE reminders SET status = 'paused'", "paused"),
+    ],
+    ids=["cancelled", "rescheduled", "paused"],
+)
+def test_a_reported_send_is_recorded_sent_whatever_the_reminder_became(
+    db: Engine,
+    queue: PostgresQueue,
+    settings: Settings,
+    fake: FakeProvider,
+    api: TestClient,
+    change: str,
+    reminder_status: str,
+) -> None:
+    # The user changed the reminder after the dead sender's email went out: the email
+    # was delivered, so the occurrence is `sent`, not `cancelled` or left `sending`.
+    _, key, message_id = dead_sender_sent(db, queue, fake)
+    email_sent(api, key, message_id)
+    with db.begin() as conn:
+        conn.execute(text(change + ", claimed_by = NULL, claimed_at = NULL"))
+    sender = make_sender(db, queue, settings, resend_provider(fake.url), Clock(LATER))  # type: ignore[arg-type]
+    assert sender.handle(receive_one(queue, LATER), LATER) == Outcome.SENT
+    assert len(fake.state.requests) == 1
+    row = one(db, "SELECT status, provider_message_id, lease_token FROM delivery_log")
+    assert tuple(row) == ("sent", message_id, None)
+    assert one(db, "SELECT status FROM reminders").status == reminder_status

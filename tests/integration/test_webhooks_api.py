@@ -869,10 +869,12 @@ def sending_delivery(engine: Engine) -> tuple[uuid.UUID, str]:
         delivery_id = conn.execute(
             text(
                 "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status,"
-                " locked_at, lease_token) VALUES (:r, 'alice', :run, 'sending', :run,"
-                " gen_random_uuid()) RETURNING id"
+                " locked_at, lease_token, created_at) VALUES (:r, 'alice', :run, 'sending',"
+                " :run, gen_random_uuid(), :created) RETURNING id"
             ),
-            {"r": reminder_id, "run": RUN},
+            # Made before the documented examples' times (2016, 2024), which the
+            # provider's acceptance time must follow to be taken as the send's.
+            {"r": reminder_id, "run": RUN, "created": datetime(2016, 1, 1, tzinfo=UTC)},
         ).scalar_one()
     return delivery_id, f"{reminder_id}-20300101T120000Z"
 
@@ -967,3 +969,59 @@ def test_evidence_for_a_delivery_with_its_answer_changes_nothing(
         assert resp.status_code == 200, resp.text
     assert snapshot(db) == before
     assert delivery_status(db, delivery) == "sent"
+
+
+def test_a_bounce_after_the_evidence_bounces_the_sending_row(
+    client: TestClient, db: Engine
+) -> None:
+    # The sender died; Resend reported the send, then its bounce, before any takeover:
+    # the delivery is `bounced` (not left `sending`, then recorded `suppressed`).
+    delivery, key = sending_delivery(db)
+    for document, msg_id in ((resend_sent(key), "msg_sent"), (None, "msg_bounced")):
+        if document is None:
+            bounced = json.loads(json.dumps(RESEND_BOUNCED))
+            bounced["data"]["email_id"] = RESEND_SENT["data"]["email_id"]
+            document = raw(bounced)
+        resp = client.post(
+            RESEND_URL, content=document, headers=resend_headers(document, msg_id=msg_id)
+        )
+        assert resp.status_code == 200, resp.text
+    status, provider, message_id, _, _, leased = evidence_row(db, delivery)
+    assert (status, provider, message_id, leased) == (
+        "bounced",
+        "resend",
+        RESEND_SENT["data"]["email_id"],
+        False,
+    )
+    assert suppressed(db) == ["delivered@example.com"]
+
+
+@pytest.mark.parametrize(
+    "created_at", ["9999-12-31T23:59:59Z", "1970-01-01T00:00:00Z"], ids=["future", "past"]
+)
+def test_an_acceptance_time_off_the_send_is_replaced_by_the_receipt_time(
+    client: TestClient, db: Engine, clock: Clock, created_at: str
+) -> None:
+    delivery, key = sending_delivery(db)
+    document = json.loads(resend_sent(key))
+    document["data"]["created_at"] = created_at
+    body = raw(document)
+    resp = client.post(RESEND_URL, content=body, headers=resend_headers(body))
+    assert resp.status_code == 200, resp.text
+    assert evidence_row(db, delivery)[3] == clock()  # the API's now
+
+
+@pytest.mark.parametrize("email_id", ["   ", "f" * 5000], ids=["blank", "5000-chars"])
+def test_an_unusable_message_id_is_no_evidence(
+    client: TestClient, db: Engine, email_id: str
+) -> None:
+    delivery, key = sending_delivery(db)
+    document = json.loads(resend_sent(key))
+    document["data"]["email_id"] = email_id
+    body = raw(document)
+    before = snapshot(db)
+    resp = client.post(RESEND_URL, content=body, headers=resend_headers(body))
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["status"] == "ignored"
+    assert snapshot(db) == before
+    assert evidence_row(db, delivery)[2] is None

@@ -133,6 +133,9 @@ FROM taken AS t;
 -- `sending` row nobody holds any more (its sender stopped and its lease ended before
 -- :lease_expired_before): the reminder no longer wants that
 -- occurrence, and no one else would finish the row (the reaper would call it `failed`).
+-- Such a row that carries the provider's evidence of its send (delivery_record_evidence)
+-- is recorded `sent` instead: the email went out. Returns each row recorded with its
+-- status.
 INSERT INTO delivery_log
     (reminder_id, user_id, run_time_utc, status, error, created_at, updated_at)
 SELECT u.reminder_id, u.user_id, u.run_time_utc, u.status, u.error, :now, :now
@@ -142,16 +145,33 @@ FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
      WITH ORDINALITY AS u(reminder_id, user_id, run_time_utc, status, error, n)
 ORDER BY u.n
 ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
-SET status = excluded.status,
-    error = excluded.error || '; ended a sending row its sender left (a provider call it'
-            || ' made may have delivered it)',
+SET status = CASE WHEN delivery_log.provider_message_id IS NULL THEN excluded.status
+                  ELSE 'sent' END,
+    error = CASE WHEN delivery_log.provider_message_id IS NULL
+                 THEN excluded.error || '; ended a sending row its sender left (a provider'
+                      || ' call it made may have delivered it)'
+                 ELSE delivery_log.error END,
     locked_at = NULL,
     lease_token = NULL,
     updated_at = excluded.updated_at
 WHERE delivery_log.status = 'sending'
   AND excluded.status IN ('cancelled', 'suppressed')
   AND (delivery_log.locked_at IS NULL OR delivery_log.locked_at < :lease_expired_before)
-RETURNING reminder_id, run_time_utc;
+RETURNING reminder_id, run_time_utc, status;
+
+-- name: delivery_record_evidenced_sent
+-- Occurrences of reminders their users paused while the messages were on their way
+-- (keys distinct): nothing is recorded for them (they are claimed again on resume),
+-- except that a `sending` row nobody holds that carries the provider's evidence of its
+-- send (delivery_record_evidence) is recorded `sent`: the email went out, and the
+-- resumed reminder then moves past it. Returns the rows recorded.
+UPDATE delivery_log AS d
+SET status = 'sent', locked_at = NULL, lease_token = NULL, updated_at = :now
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(reminder_id uuid, run_time_utc timestamptz)
+WHERE d.reminder_id = u.reminder_id AND d.run_time_utc = u.run_time_utc
+  AND d.status = 'sending' AND d.provider_message_id IS NOT NULL
+  AND (d.locked_at IS NULL OR d.locked_at < :lease_expired_before)
+RETURNING d.reminder_id, d.run_time_utc;
 
 -- name: delivery_record_batch
 -- The streaming completer's flush (sender/complete.py): record the outcome of each send,
@@ -284,3 +304,12 @@ USING jsonb_to_recordset(CAST(:rows AS jsonb))
       AS u(id uuid, run_time_utc timestamptz, lease_token uuid)
 WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
   AND d.status = 'sending' AND d.attempt_count = 0 AND d.provider IS NULL;
+
+-- name: delivery_evidence
+-- The provider's evidence (delivery_record_evidence) that it accepted this sender's
+-- email, read before an in-process retry of an ambiguous failure: if the provider took
+-- the request whose answer was lost, it is recorded from this instead of sent again.
+SELECT provider, provider_message_id, sent_at
+FROM delivery_log
+WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
+  AND status = 'sending' AND provider_message_id IS NOT NULL;

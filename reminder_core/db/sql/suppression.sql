@@ -26,11 +26,17 @@ ON CONFLICT (provider, event_id) DO NOTHING
 RETURNING id;
 
 -- name: delivery_feedback
--- A `sent` delivery becomes `bounced` or `complained`; any other state is left as it is
--- (the first feedback wins; a row that was never sent has no provider message id).
+-- A `sent` delivery becomes `bounced` or `complained`; so does a `sending` one that
+-- carries the provider's evidence of its send (delivery_record_evidence: its sender died
+-- or lost the answer, and the bounce came before anyone took it over), its lease ended
+-- (a sender still holding it finds its record fenced off and hands the message back).
+-- Any other state is left as it is (the first feedback wins; a row that was never sent
+-- has no provider message id).
 UPDATE delivery_log
-SET status = :status, error = :error, updated_at = :now
-WHERE id = :id AND run_time_utc = :run_time_utc AND status = 'sent'
+SET status = :status, error = :error, locked_at = NULL, lease_token = NULL,
+    updated_at = :now
+WHERE id = :id AND run_time_utc = :run_time_utc
+  AND (status = 'sent' OR (status = 'sending' AND provider_message_id IS NOT NULL))
 RETURNING id;
 
 -- name: suppression_add
@@ -222,7 +228,13 @@ WITH target AS (
     UPDATE delivery_log AS d
     SET provider = :provider,
         provider_message_id = :provider_message_id,
-        sent_at = coalesce(CAST(:accepted_at AS timestamptz), CAST(:now AS timestamptz)),
+        -- the provider's time, if it lies between the row's creation (before the first
+        -- call; a minute of clock skew allowed) and now; else now
+        sent_at = CASE WHEN CAST(:accepted_at AS timestamptz)
+                            BETWEEN d.created_at - interval '1 minute'
+                                AND CAST(:now AS timestamptz)
+                       THEN CAST(:accepted_at AS timestamptz)
+                       ELSE CAST(:now AS timestamptz) END,
         recipient = coalesce(d.recipient, nullif(:recipient, '')),
         updated_at = :now
     FROM target AS t
