@@ -257,7 +257,8 @@ def test_the_same_senders_retry_of_an_ambiguous_failure_records_the_evidence(
     [
         ("UPDATE reminders SET status = 'cancelled', next_run_utc = NULL", "cancelled"),
         (
-            "UPDATE reminders SET status = 'pending', next_run_utc = next_run_utc + interval '5 hours'",
+            "UPDATE reminders SET status = 'pending',"
+            " next_run_utc = next_run_utc + interval '5 hours'",
             "pending",
         ),
         ("UPDATE reminders SET status = 'paused'", "paused"),
