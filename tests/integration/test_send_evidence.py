@@ -34,7 +34,6 @@ from sqlalchemy import Engine, text
 from svix.webhooks import Webhook
 
 from coordinator.maintenance import Maintenance
-from reminder_api.app import create_app
 from reminder_core.domain.localtime import idempotency_key
 from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import TransientDeliveryError
@@ -43,8 +42,9 @@ from reminder_core.queue import PostgresQueue
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
-from sender.service import Outcome
+from sender.service import Outcome, Sender
 from tests.integration.api_support import Clock as ApiClock
+from tests.integration.api_support import build_app
 from tests.integration.helpers import insert_due_reminders, insert_sending_rows
 from tests.integration.test_sender import NOW, claim, make_sender, one, receive_one
 from tests.support.fake_provider import FakeProvider
@@ -71,13 +71,7 @@ def fake() -> Iterator[FakeProvider]:
 @pytest.fixture
 def api(db: Engine, settings: Settings) -> Iterator[TestClient]:
     configured = settings.model_copy(update={"webhook_resend_secret": SecretStr(SECRET)})
-    app = create_app(
-        configured,
-        db,
-        LocalProfileSource(configured.effective_profiles_file),
-        clock=ApiClock(NOW + timedelta(seconds=2)),
-    )
-    with TestClient(app) as client:
+    with TestClient(build_app(configured, db, ApiClock(NOW + timedelta(seconds=2)))) as client:
         yield client
 
 
@@ -189,13 +183,26 @@ class _AcceptedThenLost:
         raise TransientDeliveryError("resend: no answer after sending", ambiguous=True)
 
 
+def claimed_with_lost_answers(
+    db: Engine,
+    queue: PostgresQueue,
+    settings: Settings,
+    api: TestClient,
+    message_id: str,
+    retry: RetryPolicy | None = None,
+) -> tuple[_AcceptedThenLost, Sender]:
+    """A one-time reminder due at NOW, claimed, and a sender whose provider accepts each
+    call (its webhook reaches the API) but loses the answer; returns (provider, sender)."""
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    provider = _AcceptedThenLost(api, message_id)
+    return provider, make_sender(db, queue, settings, provider, retry=retry)  # type: ignore[arg-type]
+
+
 def test_a_released_row_keeps_the_evidence_and_the_retry_records_it(
     db: Engine, queue: PostgresQueue, settings: Settings, api: TestClient
 ) -> None:
-    insert_due_reminders(db, 1, next_run_utc=NOW)
-    claim(db, queue)
-    provider = _AcceptedThenLost(api, "re-0001")
-    sender = make_sender(db, queue, settings, provider)  # type: ignore[arg-type]
+    provider, sender = claimed_with_lost_answers(db, queue, settings, api, "re-0001")
     assert sender.run_once(NOW).counts == {"retry": 1}
     row = one(db, "SELECT status, provider_message_id, lease_token FROM delivery_log")
     # Released (no lease) with the provider's evidence kept for the retry.
@@ -241,11 +248,8 @@ def test_the_same_senders_retry_of_an_ambiguous_failure_records_the_evidence(
 ) -> None:
     # A timeout after the request went out; the provider's webhook came during the
     # backoff: the retry records it instead of sending a second email.
-    insert_due_reminders(db, 1, next_run_utc=NOW)
-    claim(db, queue)
-    provider = _AcceptedThenLost(api, "re-0002")
     retry = RetryPolicy(attempts=3, base_s=0.01, max_wait_s=0.01)
-    sender = make_sender(db, queue, settings, provider, retry=retry)  # type: ignore[arg-type]
+    provider, sender = claimed_with_lost_answers(db, queue, settings, api, "re-0002", retry)
     assert sender.run_once(NOW).counts == {"sent": 1}
     assert len(provider.calls) == 1
     row = one(db, "SELECT status, provider_message_id, sent_at, attempt_count FROM delivery_log")

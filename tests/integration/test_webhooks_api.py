@@ -38,7 +38,7 @@ from reminder_api.app import create_app
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
-from tests.integration.api_support import Clock
+from tests.integration.api_support import Clock, build_app
 from tests.integration.test_api import assert_problem
 from tests.integration.test_sender import Clock as SenderClock
 from tests.integration.test_sender import make_sender
@@ -579,13 +579,7 @@ def test_a_sent_email_that_bounces_pauses_its_reminder_and_is_not_sent_again(
         bounced["data"]["to"] = ["alice@example.com"]  # alice's profile address (conftest)
         body = raw(bounced)
         configured = settings.model_copy(update={"webhook_resend_secret": SecretStr(RESEND_SECRET)})
-        app = create_app(
-            configured,
-            db,
-            LocalProfileSource(configured.effective_profiles_file),
-            clock=Clock(start + timedelta(minutes=5)),
-        )
-        with TestClient(app) as api:
+        with TestClient(build_app(configured, db, Clock(start + timedelta(minutes=5)))) as api:
             resp = api.post(RESEND_URL, content=body, headers=resend_headers(body))
         assert resp.status_code == 200, resp.text
 
