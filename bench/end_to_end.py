@@ -18,7 +18,7 @@ rate alone is bench/claim_throughput.py. Issue 4's targets on 2 cores: >= 5,000/
 in-process and >= 1,500/s over HTTP.
 
     PYTHONPATH=. python bench/end_to_end.py [--reminders 30000] [--senders 3] [--batch 100,500]
-        [--concurrency 8]
+        [--concurrency 8] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import multiprocessing as mp
 import os
 import secrets
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -360,6 +361,27 @@ def start_fake_provider() -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.1)
 
 
+def modes_in_order(repeat: int) -> list[str]:
+    """The completion modes to run, `repeat` pairs in ABBA order (streaming, batch end,
+    batch end, streaming, ...): a machine that speeds up or slows down during the run
+    then weighs on both modes alike instead of on the one that always runs second."""
+    order = []
+    for i in range(repeat):
+        pair = ["streaming", "batch end"]
+        order += pair if i % 2 == 0 else pair[::-1]
+    return order
+
+
+def pair_line(ratios: list[float], repeat: int) -> str:
+    """The streaming ÷ batch-end ratio of each pair, and their median when there are
+    several."""
+    line = ", ".join(f"{r:.3f}" for r in ratios)
+    if len(ratios) > 1:
+        order = " ".join("S" if m == "streaming" else "B" for m in modes_in_order(repeat))
+        line += f"   (median {statistics.median(ratios):.3f} of {len(ratios)}; order {order})"
+    return line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -388,6 +410,13 @@ def main() -> None:
         type=lambda v: v.split(","),
         default=["in-process", "http"],
         help="which providers to run, comma-separated (default: in-process,http)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="pairs of runs (streaming and batch-end completion) per configuration, in"
+        " ABBA order; the ratio of each pair is printed, and their median",
     )
     parser.add_argument(
         "--log-level",
@@ -432,12 +461,12 @@ def main() -> None:
                     extra_pids=(fake.pid,) if http else (),
                 )  # fmt: skip
                 target = "1,500" if http else "5,000"
-                runs = {}
-                for mode, interval in (("streaming", DEFAULTS.sender_flush_interval_s),
-                                       ("batch end", BATCH_END)):  # fmt: skip
-                    runs[mode] = run = run_pipeline(
-                        engine, url, profiles, n, flush_interval_s=interval, **shape
-                    )
+                runs: dict[str, list[Run]] = {"streaming": [], "batch end": []}
+                for mode in modes_in_order(args.repeat):
+                    interval = {"streaming": DEFAULTS.sender_flush_interval_s,
+                                "batch end": BATCH_END}[mode]  # fmt: skip
+                    run = run_pipeline(engine, url, profiles, n, flush_interval_s=interval, **shape)
+                    runs[mode].append(run)
                     print(f"end to end, {label}, completion {mode:>9}: {run.rate:8,.0f}/s"
                           f"   ratio {run.rate / raw:.3f}   (target >= {target}/s)")  # fmt: skip
                     print(f"    completer: {run.flush_line()}")
@@ -446,8 +475,11 @@ def main() -> None:
                     print(f"    CPU per occurrence (µs): {parts}; total {total:,.0f}"
                           f" -> at most {(os.cpu_count() or 1) * 1e6 / total:,.0f}/s on"
                           f" {os.cpu_count()} cores")  # fmt: skip
-                ratio = runs["streaming"].rate / runs["batch end"].rate
-                print(f"    streaming / batch-end completion: {ratio:.3f}")
+                pairs = [
+                    s.rate / b.rate
+                    for s, b in zip(runs["streaming"], runs["batch end"], strict=True)
+                ]
+                print(f"    streaming / batch-end completion: {pair_line(pairs, args.repeat)}")
         engine.dispose()
     finally:
         fake.terminate()

@@ -32,6 +32,16 @@ from sender.work import Outcome, SendResult, log
 #: Seconds without an outcome after which the completer gives its connection back to the
 #: pool (it keeps it across the batches of a busy sender: no checkout, no ping, per flush).
 IDLE_RELEASE_S = 1.0
+#: After a flush that took d seconds the completer rests d * d / REST_REFERENCE_S (at
+#: most REST_MAX_S) before the next: as long as the flush took when that was 2.5 ms, ten
+#: times as long when it took 25 ms. A flush takes 1-3 ms on an idle machine (the rest
+#: stays under SENDER_FLUSH_INTERVAL_S: outcomes are written at once) and tens of ms when
+#: the cores are saturated, where a statement per few outcomes cost up to a fifth of the
+#: rate in bench/end_to_end.py: the busier the machine, the fewer and larger the flushes.
+REST_REFERENCE_S = 0.0025
+#: The longest rest: an outcome is never held longer than this plus a flush by the rule
+#: (after one slow statement, say), nor past its batch's end.
+REST_MAX_S = 1.0
 
 
 class FlushFailed(Exception):
@@ -84,10 +94,11 @@ class Completer:
     """Group-commits send outcomes as they arrive.
 
     A flush starts as soon as an outcome is waiting, the previous flush started at least
-    `flush_interval_s` ago and the thread has rested as long as that flush took (busy at
-    most half the time), or at once when `flush_max` outcomes are waiting or the batch is
-    over (`drain`): a lone answer is written within one statement's time, a busy sender
-    writes at most one statement per interval. Each flush is one autocommit statement
+    `flush_interval_s` ago and the thread has rested after that flush in proportion to its
+    duration squared (see REST_REFERENCE_S: a slow flush means a busy machine), or at once
+    when `flush_max` outcomes are waiting or the batch is over (`drain`): a lone answer is
+    written within one statement's time, a busy sender writes at most one statement per
+    interval, and none later than the batch's end. Each flush is one autocommit statement
     (`delivery_record_batch`) on a connection the completer keeps while busy: sent and
     failed rows completed, retried and released ones given back, each fenced by its own
     lease token (a row taken over meanwhile is left to its holder).
@@ -102,6 +113,9 @@ class Completer:
         flush_max: outcomes that start a flush at once.
         clock: current time for the rows' updated_at, aware UTC.
         retry_budget_s: seconds a failing flush is retried for (then FlushFailed).
+        rest_reference_s: the flush duration after which the rest equals the flush's
+            own duration (the rest grows with the square of the flush's duration).
+        rest_max_s: seconds the completer rests at most.
         name: thread name prefix.
     """
 
@@ -113,10 +127,14 @@ class Completer:
         flush_max: int,
         clock: Callable[[], datetime],
         retry_budget_s: float,
+        rest_reference_s: float = REST_REFERENCE_S,
+        rest_max_s: float = REST_MAX_S,
         name: str = "sender",
     ) -> None:
         self._engine = engine
         self.flush_interval_s = flush_interval_s
+        self.rest_reference_s = rest_reference_s
+        self.rest_max_s = rest_max_s
         self.flush_max = max(1, flush_max)
         self._clock = clock
         self.retry_budget_s = retry_budget_s
@@ -222,12 +240,10 @@ class Completer:
             if not self._cond.wait(IDLE_RELEASE_S) and not self._buffer:
                 # Idle: give the connection back to the pool until outcomes come again.
                 self._release_connection()
-        # At most one flush per interval, and the completer busy at most half the time:
-        # when flushes take longer than the interval (a saturated machine), the next one
-        # waits as long as the last took, so each carries more outcomes for the same cost.
-        deadline = max(
-            self._last_start + self.flush_interval_s, self._last_end + self._last_duration
-        )
+        # At most one flush per interval, and a rest that grows faster than the flushes'
+        # length: when they take longer (a saturated machine), each carries more outcomes
+        # for the same fixed cost.
+        deadline = max(self._last_start + self.flush_interval_s, self._last_end + self._rest())
         while (
             len(self._buffer) < self.flush_max
             and not (self._draining or self._closing)
@@ -236,6 +252,11 @@ class Completer:
             self._cond.wait(left)
         taken, self._buffer = self._buffer[: self.flush_max], self._buffer[self.flush_max :]
         return taken
+
+    def _rest(self) -> float:
+        """Seconds to rest after the last flush (REST_REFERENCE_S)."""
+        d = self._last_duration
+        return min(self.rest_max_s, d * d / self.rest_reference_s)
 
     def _account(
         self,

@@ -157,6 +157,47 @@ def test_flush_max_outcomes_are_written_without_waiting_for_the_interval(
     assert (sender.flush_stats().flushes, sender.flush_stats().results) == (3, 5)
 
 
+def test_after_a_slow_flush_the_completer_rests_longer_up_to_its_maximum(
+    db, queue, settings, run_in_thread
+) -> None:
+    # docs/design.md, "Streaming completer": after a flush of d seconds the next waits
+    # until the completer has rested d * d / rest_reference_s, at most rest_max_s (a slow
+    # flush means a busy machine: fewer, larger statements). The first flush is made to
+    # take 0.4 s (the database answering slowly); the second answer, which comes during
+    # it, is written only after the longest rest (1.5 s, where d * d / 0.01 s is 16 s),
+    # although the interval (5 ms) is long over.
+    second, hold = threading.Event(), threading.Event()
+    provider, sender = gated_sender(
+        db, queue, settings, 3, {1: second, 2: hold}, flush_interval_s=0.005, flush_max=100
+    )
+    sender.completer.rest_reference_s, sender.completer.rest_max_s = 0.01, 1.5
+    slowed: list[float] = []
+
+    def slow_first(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        del conn, cursor, parameters, context, executemany
+        if "streaming completer's flush" in statement and not slowed:
+            slowed.append(time.monotonic())
+            second.set()  # the next answer arrives while this flush is under way
+            time.sleep(0.4)
+
+    event.listen(db, "before_cursor_execute", slow_first)
+    try:
+        run_in_thread(lambda: sender.run_once(NOW))
+        wait_until(lambda: sent(db) == 1, SLACK_S, "the slow first flush")
+        first_done = time.monotonic()
+        wait_until(lambda: len(provider.answered) == 2, SLACK_S, "the second answer")
+        time.sleep(max(0.0, first_done + 1.0 - time.monotonic()))
+        assert sent(db) == 1  # resting: 1.0 s after the slow flush ended
+        wait_until(lambda: sent(db) == 2, SLACK_S, "the longest rest, not 16 s")
+        assert time.monotonic() - first_done >= 1.3
+        hold.set()
+        wait_until(lambda: sent(db) == 3, SLACK_S, "the batch to end")
+    finally:
+        hold.set()
+        event.remove(db, "before_cursor_execute", slow_first)
+    assert (sender.flush_stats().flushes, sender.flush_stats().results) == (3, 3)
+
+
 @contextmanager
 def failing_flushes(db: Engine, when: str, times: int, reason: str) -> Iterator[list[str]]:
     """The completer's first `times` flush statements on `db` fail with a broken
