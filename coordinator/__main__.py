@@ -1,5 +1,6 @@
 """`python -m coordinator`: `reminders coordinator` (the same options, --help and exit status)."""
 
-from reminders.cli import main
+from coordinator.command import coordinator
+from reminder_core.worker.command import run_command
 
-main(command="coordinator", prog_name="python -m coordinator")
+run_command(coordinator, prog_name="python -m coordinator")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from coordinator.service import Coordinator
-from reminder_core.errors import configuration_errors
-from reminder_core.logging import configure_logging
-from reminder_core.runtime import Runtime, open_runtime, run_services
+from reminder_core.runtime import Runtime, run_workload
 from reminder_core.settings import Settings
 
 
@@ -17,12 +15,11 @@ def build(rt: Runtime) -> Coordinator:
 
 
 def main(settings: Settings | None = None) -> int:
-    settings = settings or Settings()
-    configure_logging(settings.log_level, settings.log_format)
-    with configuration_errors():
-        rt = open_runtime(settings, application_name="reminders-coordinator", check_queue=True)
-        coordinator = build(rt)
-    try:
-        return run_services([(coordinator, settings.coordinator_poll_interval_s)], settings)
-    finally:
-        rt.close()
+    """Run this workload until SIGTERM/SIGINT; returns the exit status
+    (reminder_core.runtime.run_workload)."""
+    return run_workload(
+        settings,
+        application_name="reminders-coordinator",
+        build=build,
+        poll_interval_s=lambda s: s.coordinator_poll_interval_s,
+    )

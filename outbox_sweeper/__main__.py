@@ -1,5 +1,6 @@
 """`python -m outbox_sweeper`: `reminders sweeper` (the same options, --help and exit status)."""
 
-from reminders.cli import main
+from outbox_sweeper.command import sweeper
+from reminder_core.worker.command import run_command
 
-main(command="sweeper", prog_name="python -m outbox_sweeper")
+run_command(sweeper, prog_name="python -m outbox_sweeper")

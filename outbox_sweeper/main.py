@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from outbox_sweeper.service import OutboxSweeper
-from reminder_core.errors import configuration_errors
-from reminder_core.logging import configure_logging
-from reminder_core.runtime import Runtime, open_runtime, run_services
+from reminder_core.runtime import Runtime, run_workload
 from reminder_core.settings import Settings
 
 
@@ -14,12 +12,11 @@ def build(rt: Runtime) -> OutboxSweeper:
 
 
 def main(settings: Settings | None = None) -> int:
-    settings = settings or Settings()
-    configure_logging(settings.log_level, settings.log_format)
-    with configuration_errors():
-        rt = open_runtime(settings, application_name="reminders-sweeper", check_queue=True)
-        sweeper = build(rt)
-    try:
-        return run_services([(sweeper, settings.sweeper_poll_interval_s)], settings)
-    finally:
-        rt.close()
+    """Run this workload until SIGTERM/SIGINT; returns the exit status
+    (reminder_core.runtime.run_workload)."""
+    return run_workload(
+        settings,
+        application_name="reminders-sweeper",
+        build=build,
+        poll_interval_s=lambda s: s.sweeper_poll_interval_s,
+    )

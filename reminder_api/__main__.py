@@ -1,5 +1,6 @@
 """`python -m reminder_api`: `reminders api` (the same options, --help and exit status)."""
 
-from reminders.cli import main
+from reminder_api.command import api
+from reminder_core.worker.command import run_command
 
-main(command="api", prog_name="python -m reminder_api")
+run_command(api, prog_name="python -m reminder_api")

@@ -138,7 +138,7 @@ BREAKER_NOT_CLOSED_SINCE = Gauge(
     ["provider"],
 )
 
-# --- retention (maintenance workload, coordinator/retention.py) ---------------------------
+# --- retention (maintenance workload, coordinator/maintenance/retention.py) -------------
 
 RETENTION_DELETED = Counter(
     "reminders_retention_deleted_rows_total",

@@ -6,15 +6,21 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
 from sqlalchemy import Engine
 
 from reminder_core.db.embedded import resolve_database_url
-from reminder_core.db.migrate import upgrade
 from reminder_core.db.session import make_engine
-from reminder_core.errors import ConfigurationError, InfrastructureError, QueueNotFound
+from reminder_core.errors import (
+    ConfigurationError,
+    InfrastructureError,
+    QueueNotFound,
+    configuration_errors,
+)
+from reminder_core.logging import configure_logging
 from reminder_core.metrics_server import serve_worker_metrics
 from reminder_core.profile_service import HttpProfileSource, profile_source_from_settings
 from reminder_core.profiles import ProfileSource
@@ -65,6 +71,8 @@ def open_runtime(
     """
     url = resolve_database_url(settings.database_url, settings.state_dir)
     if migrate:
+        from reminder_core.db.migrate import upgrade  # alembic: only `reminders dev`
+
         upgrade(url)
     engine = make_engine(
         url, pool_size=pool_size or settings.db_pool_size, application_name=application_name
@@ -155,6 +163,32 @@ def run_services(
         hard_exit(1)
     log.info("stopped cleanly")
     return 0
+
+
+def run_workload(
+    settings: Settings | None,
+    *,
+    application_name: str,
+    build: Callable[[Runtime], Service],
+    poll_interval_s: Callable[[Settings], float],
+) -> int:
+    """A one-service workload's `main`: logging configured, the runtime opened (the
+    queue checked), the service built by `build` and run by the shared loop every
+    `poll_interval_s(settings)` seconds until SIGTERM/SIGINT; returns the exit status.
+
+    Raises:
+        ConfigurationError, InfrastructureError: at start (a setting, the database, the
+            queue): the CLI prints them as `error: ...` with status 2 or 3.
+    """
+    settings = settings or Settings()
+    configure_logging(settings.log_level, settings.log_format)
+    with configuration_errors():
+        rt = open_runtime(settings, application_name=application_name, check_queue=True)
+        service = build(rt)
+    try:
+        return run_services([(service, poll_interval_s(settings))], settings)
+    finally:
+        rt.close()
 
 
 def hard_exit(status: int) -> NoReturn:

@@ -231,7 +231,7 @@ class Settings(BaseSettings):
         " sender's commit). 0: never.",
     )
 
-    # --- retention (DESIGN §6; coordinator/retention.py, run by the maintenance workload) ---
+    # --- retention (DESIGN §6; coordinator/maintenance/retention.py, a maintenance service) ---
     retention_interval_s: float = Field(
         default=600.0,
         gt=0,

@@ -7,6 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from coordinator.command import coordinator
+from coordinator.maintenance.command import maintenance
+from outbox_sweeper.command import sweeper
+from reminder_api.command import Host, Port, api
+from sender.command import sender
+
 if TYPE_CHECKING:
     from reminder_core.dlq import Unreached
     from reminder_core.runtime import Runtime
@@ -16,9 +22,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-
-Host = Annotated[str, typer.Option(help="Interface to listen on.")]
-Port = Annotated[int, typer.Option(help="TCP port to listen on.")]
 
 
 @app.command()
@@ -30,44 +33,11 @@ def dev(host: Host = "127.0.0.1", port: Port = 8000) -> None:
     raise typer.Exit(run_dev(host, port))
 
 
-@app.command()
-def api(host: Host = "127.0.0.1", port: Port = 8000) -> None:
-    """Serve the REST API."""
-    from reminder_api.main import main
-
-    raise typer.Exit(main(host=host, port=port))
-
-
-@app.command()
-def coordinator() -> None:
-    """Claim due reminders into the outbox and publish them."""
-    from coordinator.main import main
-
-    raise typer.Exit(main())
-
-
-@app.command()
-def sweeper() -> None:
-    """Republish outbox rows left unpublished (safety net)."""
-    from outbox_sweeper.main import main
-
-    raise typer.Exit(main())
-
-
-@app.command()
-def sender() -> None:
-    """Deliver queued occurrences by email."""
-    from sender.main import main
-
-    raise typer.Exit(main())
-
-
-@app.command()
-def maintenance() -> None:
-    """Reap stuck claims and abandoned deliveries; record dead letters as failed."""
-    from coordinator.maintenance_main import main
-
-    raise typer.Exit(main())
+app.command()(api)
+app.command()(coordinator)
+app.command()(sweeper)
+app.command()(sender)
+app.command()(maintenance)
 
 
 dlq = typer.Typer(help="Inspect, replay or purge the dead-letter queue.", no_args_is_help=True)
@@ -331,10 +301,10 @@ def queue_create() -> None:
     VisibilityTimeout = VISIBILITY_TIMEOUT_S and a RedrivePolicy of maxReceiveCount =
     MAX_RECEIVE_COUNT. Idempotent: an existing queue gets the current settings. Prints
     both URLs."""
+    from reminder_core.boundary import EXIT_UNAVAILABLE
     from reminder_core.errors import InfrastructureError
     from reminder_core.queue.sqs import ensure_queues, sqs_client, sqs_target
     from reminder_core.settings import Settings
-    from reminders.boundary import EXIT_UNAVAILABLE
 
     settings = Settings()
     if settings.queue_url.startswith(("postgres://", "postgresql://")):
@@ -439,13 +409,13 @@ def main(
     """Entry point of `reminders` and, with `command` (e.g. "sender"), of `python -m
     <package>`: that one subcommand, with its own --help. A bad setting or an unreachable
     database at start ends with `error: ...` on stderr and status 2 or 3
-    (reminders/boundary.py); any other exception is a bug and keeps its traceback.
+    (reminder_core/boundary.py); any other exception is a bug and keeps its traceback.
 
     Args:
         argv: the arguments (default: sys.argv[1:]).
         prog_name: the name --help shows (default: from sys.argv[0]).
     """
-    from reminders.boundary import run_guarded
+    from reminder_core.boundary import run_guarded
 
     if command is None:
         run_guarded(lambda: app(args=argv, prog_name=prog_name))

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.rule import Rule
 
 import coordinator.main as coordinator_main
-import coordinator.maintenance_main as maintenance_main
+import coordinator.maintenance.main as maintenance_main
 import outbox_sweeper.main as sweeper_main
 import sender.main as sender_main
 from reminder_api.app import create_app

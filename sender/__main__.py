@@ -1,5 +1,6 @@
 """`python -m sender`: `reminders sender` (the same options, --help and exit status)."""
 
-from reminders.cli import main
+from reminder_core.worker.command import run_command
+from sender.command import sender
 
-main(command="sender", prog_name="python -m sender")
+run_command(sender, prog_name="python -m sender")

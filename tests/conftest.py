@@ -1,8 +1,13 @@
-"""Shared fixtures: one real PostgreSQL database per test run, made from the migrations.
+"""Shared fixtures: one real PostgreSQL database per test process, cloned from a
+template made once from the migrations.
 
-CI sets DATABASE_URL to the local server; the tests then create a fresh database
-`reminders_test_<random>` on it and drop it at the end. With DATABASE_URL unset (a
-laptop), an embedded PostgreSQL (pgserver) is started in a temporary directory.
+CI sets DATABASE_URL to the local server; with DATABASE_URL unset (a laptop), an
+embedded PostgreSQL (pgserver) is started in a temporary directory. The run's first
+process (the pytest-xdist controller, or pytest itself without workers) creates
+`reminders_template_<random>` and migrates it to head; each test process then gets its
+own `reminders_test_<random>`, a copy of it (CREATE DATABASE ... TEMPLATE: milliseconds,
+where migrating takes seconds; procrastinate's and River's test suites do the same).
+Every database the run made is dropped at its end.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
@@ -24,7 +30,7 @@ from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from tests.support.moto import moto_server
 from tests.support.providers import close_test_providers
-from tests.support.workloads import fresh_database
+from tests.support.workloads import create_template, drop_database, fresh_database
 
 TABLES = ("delivery_log", "outbox", "queue_messages", "reminders")
 # Emptied before each test too, but not counted by table_counts (whose answers tests
@@ -40,9 +46,13 @@ def _close_test_providers() -> Iterator[None]:
     close_test_providers()
 
 
-@pytest.fixture(scope="session")
-def admin_url() -> str:
-    """URL of a PostgreSQL server where the test run may create a database."""
+#: Where the controller leaves the server's URL and the template's name for its workers
+#: (pytest-xdist's `workerinput`), and for itself.
+ADMIN_URL_KEY = "reminders_admin_url"
+TEMPLATE_KEY = "reminders_template"
+
+
+def _server_url() -> str:
     url = os.environ.get("DATABASE_URL")
     if url:
         return normalize_url(url)
@@ -51,11 +61,47 @@ def admin_url() -> str:
     return embedded_database_url(Path(tempfile.mkdtemp(prefix="reminders-test-pg-")))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In the run's first process only: the server, and the migrated template database."""
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: its controller made them
+    admin = _server_url()
+    template = create_template(admin, "reminders_template", upgrade)
+    config.stash[_RUN] = {ADMIN_URL_KEY: admin, TEMPLATE_KEY: template}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, in the controller: hand each worker the server and the template."""
+    node.workerinput.update(node.config.stash[_RUN])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(_RUN, None)
+    if run is not None:
+        drop_database(run[ADMIN_URL_KEY], run[TEMPLATE_KEY])
+
+
+def _run_values(config: pytest.Config) -> dict[str, str]:
+    worker = getattr(config, "workerinput", None)
+    return dict(worker) if worker is not None else config.stash[_RUN]
+
+
+_RUN = pytest.StashKey[dict[str, str]]()
+
+
 @pytest.fixture(scope="session")
-def database_url(admin_url: str) -> Iterator[str]:
-    """A fresh database for this test run, migrated to head; dropped afterwards."""
-    with fresh_database(admin_url, "reminders_test") as (url, _):
-        upgrade(url)
+def admin_url(pytestconfig: pytest.Config) -> str:
+    """URL of a PostgreSQL server where the test run may create a database."""
+    return _run_values(pytestconfig)[ADMIN_URL_KEY]
+
+
+@pytest.fixture(scope="session")
+def database_url(admin_url: str, pytestconfig: pytest.Config) -> Iterator[str]:
+    """This test process's own database, a copy of the migrated template; dropped
+    afterwards."""
+    template = _run_values(pytestconfig)[TEMPLATE_KEY]
+    with fresh_database(admin_url, "reminders_test", template=template) as (url, _):
         yield url
 
 

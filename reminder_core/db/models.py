@@ -153,8 +153,9 @@ class DeliveryLog(Base):
     """One row per occurrence (reminder_id, run_time_utc): the record of what was sent.
 
     Partitioned by RANGE (run_time_utc), one partition per ISO week plus a default
-    partition (migration 0005; made ahead and dropped by `coordinator.retention`), so the
-    primary key holds the partition key too: (id, run_time_utc). A statement that knows
+    partition (migration 0005; made ahead and dropped by
+    `coordinator.maintenance.retention`), so the primary key holds the partition key too:
+    (id, run_time_utc). A statement that knows
     the row's run_time_utc names it, so that only one partition is searched.
     """
 

@@ -135,7 +135,7 @@ def test_unreachable_database_is_one_line_and_exit_3(command: list[str], tmp_pat
     ("package", "usage"),
     [
         ("coordinator", "python -m coordinator [OPTIONS]"),
-        ("coordinator.maintenance_main", "python -m coordinator.maintenance_main [OPTIONS]"),
+        ("coordinator.maintenance", "python -m coordinator.maintenance [OPTIONS]"),
         ("outbox_sweeper", "python -m outbox_sweeper [OPTIONS]"),
         ("sender", "python -m sender [OPTIONS]"),
         ("reminder_api", "python -m reminder_api [OPTIONS]"),

@@ -31,6 +31,7 @@ from sqlalchemy.exc import OperationalError
 from coordinator.service import Coordinator
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
+from sender.complete import REST_MAX_S
 from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.service import Sender
 from tests.integration.helpers import insert_due_reminders, insert_sending_rows
@@ -280,6 +281,7 @@ def test_a_takeover_of_a_dead_senders_row_is_counted_and_a_released_row_is_not(
 
 CRASH_LATENCY_S = 0.01  # each provider call; 4 in flight: ~400 answers/s
 CRASH_FLUSH_INTERVAL_S = 0.005
+CRASH_CONCURRENCY = 4  # tests/support/crash_sender.py
 
 
 def accepted(log: Path) -> dict[str, float]:
@@ -336,10 +338,18 @@ def test_kill_9_between_answers_and_flush_loses_at_most_the_flush_under_way(
     print(f"\n[completer kill -9] accepted={len(answers)} unrecorded={len(unrecorded)}"
           f" oldest_unrecorded_before_kill={window_s * 1e3:.1f} ms")  # fmt: skip
     assert len(answers) >= 40
-    # At most the outcomes of one flush interval plus one statement's time: with 4 calls
-    # in flight every 10 ms that is a handful, not the ~40+ of the batch so far.
-    assert len(unrecorded) <= 8, unrecorded
-    assert window_s <= 1.0, f"an outcome {window_s:.3f} s old was never written"
+    # Only the last answers may be unwritten: those of the flush under way and of the
+    # completer's rest before it (docs/design.md, "Streaming completer"; a handful on an
+    # idle machine, a dozen or two on a loaded one), never the batch's earlier ones. The
+    # completer writes outcomes in the order the send threads hand them over, which may
+    # differ from the provider's order of acceptance by the calls in flight.
+    order = sorted(answers, key=answers.__getitem__)
+    first_unwritten = min((order.index(k) for k in unrecorded), default=len(order))
+    assert first_unwritten >= len(order) - len(unrecorded) - CRASH_CONCURRENCY, (
+        f"answer {first_unwritten} of {len(order)} unwritten, {len(unrecorded)} in all"
+    )
+    assert len(unrecorded) <= len(answers) // 2, unrecorded
+    assert window_s <= REST_MAX_S + 0.5, f"an outcome {window_s:.3f} s old was never written"
 
 
 def test_the_heartbeat_skips_a_row_being_recorded_instead_of_waiting_for_it(

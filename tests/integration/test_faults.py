@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from coordinator.maintenance import Maintenance, MaintenanceStepFailed
+from coordinator.maintenance.maintainer import Maintainer, MaintenanceStepFailed
 from coordinator.service import Coordinator
 from reminder_core.dlq import replay
 from reminder_core.domain.retry import RetryPolicy
@@ -32,6 +32,7 @@ from sender.render import Renderer
 from sender.service import Sender
 from tests.integration.helpers import insert_due_reminders
 from tests.support.fake_provider import FakeProvider
+from tests.support.maintenance import make_maintainer
 from tests.support.providers import resend_provider
 
 FAST = RetryPolicy(attempts=4, base_s=0.05, max_wait_s=5, budget_s=60)
@@ -88,15 +89,11 @@ def maintenance_with(
     queue: PostgresQueue,
     settings: Settings,
     profiles: ProfileSource | None = None,
-    **more: float,
-) -> Maintenance:
+    lease_s: float = 120,
+) -> Maintainer:
     """The maintenance workload with 15-minute claim and abandon thresholds; profiles
     from the settings' file unless given."""
-    return Maintenance(
-        db, queue, profiles or LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900, abandon_after_s=900, **more,
-    )  # fmt: skip
+    return make_maintainer(db, queue, settings, profiles=profiles, lease_s=lease_s)
 
 
 def claim(db: Engine, queue: PostgresQueue, now: datetime) -> None:
@@ -363,12 +360,13 @@ def test_a_dead_letter_is_not_recorded_while_its_occurrence_is_sent_under_a_live
             {"t": now},
         )
     maintenance = maintenance_with(db, queue, settings, lease_s=60)
-    assert maintenance.record_dead_letters(now + timedelta(seconds=10)) == 0
+    letters = maintenance.service("dead_letters")
+    assert letters.run_once(now + timedelta(seconds=10)).counts == {"dead_letters": 0}
     assert delivery(db)[0] == "sending"
     # The holder finishes; after the lease the dead letter is recorded as a no-op.
     with db.begin() as conn:
         conn.execute(text("UPDATE delivery_log SET status = 'sent', sent_at = :t"), {"t": now})
-    assert maintenance.record_dead_letters(now + timedelta(seconds=61)) == 1
+    assert letters.run_once(now + timedelta(seconds=61)).counts == {"dead_letters": 1}
     assert delivery(db)[0] == "sent"
 
 

@@ -28,18 +28,16 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, text
 
-from coordinator.maintenance import Maintenance
 from coordinator.service import Coordinator
 from reminder_core.clock import utcnow
 from reminder_core.metrics import register_backlog_gauges
 from reminder_core.metrics_server import MetricsServer
-from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
-from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from reminder_core.worker.loop import Service, join_loops, start_loops
 from tests.integration.helpers import insert_due_reminders
 from tests.integration.test_sender import CountingProvider, make_sender
+from tests.support.maintenance import make_maintainer
 from tests.support.workloads import REPO_ROOT, child_env, free_port, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -121,11 +119,7 @@ def test_stopped_senders_make_next_run_lag_grow_and_status_alert(
     server = MetricsServer("127.0.0.1", free_port(), registry=registry)
     try:
         coordinator = Coordinator(db, queue, lookahead_s=0, batch_size=100, worker_id="c")
-        maintenance = Maintenance(
-            db, queue, LocalProfileSource(settings.effective_profiles_file),
-            schedule_config=ScheduleConfig.from_settings(settings),
-            claim_timeout_s=900, abandon_after_s=900,
-        )  # fmt: skip
+        maintenance = make_maintainer(db, queue, settings)
         loops.start([(coordinator, 0.1), (maintenance, 0.2)])
 
         def sender_loop() -> threading.Event:

@@ -20,21 +20,20 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY, CollectorRegistry
 from sqlalchemy import Engine, text
 
-from coordinator.maintenance import Maintenance
+from coordinator.maintenance.maintainer import Maintainer
 from coordinator.service import Coordinator
 from outbox_sweeper.service import OutboxSweeper
 from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
 from reminder_core.metrics import register_backlog_gauges
 from reminder_core.metrics_server import MetricsServer, serve_worker_metrics
-from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
-from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from reminder_core.worker.loop import Heartbeat
 from tests.integration.api_support import Clock as ApiClock
 from tests.integration.api_support import bearer, build_app
 from tests.integration.helpers import insert_due_reminders
 from tests.integration.test_sender import Clock, CountingProvider, make_sender
+from tests.support.maintenance import make_maintainer
 from tests.support.workloads import free_port
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -53,12 +52,8 @@ def backlog_registry() -> CollectorRegistry:
     return registry
 
 
-def maintenance(db: Engine, queue: PostgresQueue, settings: Settings) -> Maintenance:
-    return Maintenance(
-        db, queue, LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900, abandon_after_s=900,
-    )  # fmt: skip
+def maintenance(db: Engine, queue: PostgresQueue, settings: Settings) -> Maintainer:
+    return make_maintainer(db, queue, settings)
 
 
 def test_backlog_gauges_follow_their_definitions(
@@ -126,8 +121,8 @@ def test_backlog_gauges_are_zero_when_nothing_is_late(
 
 
 def test_backlog_gauges_are_not_exported_by_other_workloads() -> None:
-    # Only a process that registers them (maintenance_main.build, `reminders dev`) exports
-    # them: a 0 from the API or a sender would hide the real value, or its absence. No
+    # Only a process that registers them (coordinator.maintenance.main.build, `reminders
+    # dev`) exports them: a 0 from the API or a sender would hide the real value, or its absence. No
     # test registers them in the default registry of this process.
     names = {family.name for family in REGISTRY.collect()}
     assert "next_run_lag_seconds" not in names

@@ -22,16 +22,15 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import IntegrityError
 
-from coordinator.maintenance import Maintenance
-from coordinator.retention import Retention, week_start
+from coordinator.maintenance.maintainer import Maintainer
+from coordinator.maintenance.retention import Retention, week_start
 from coordinator.service import Coordinator
 from reminder_core.db.migrate import upgrade
-from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
-from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from tests.integration.helpers import insert_due_reminders
 from tests.integration.test_sender import Clock, CountingProvider, make_sender
+from tests.support.maintenance import make_maintainer
 from tests.support.workloads import fresh_database as empty_database
 
 WEEK = timedelta(days=7)
@@ -133,17 +132,11 @@ def partition_of(db: Engine, run_time: datetime) -> str:
         )
 
 
-def maintenance(db: Engine, settings: Settings, retention: Retention) -> Maintenance:
-    return Maintenance(
-        db,
-        PostgresQueue(db, name="reminders", max_receive_count=5),
-        LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900,
-        abandon_after_s=900,
+def maintenance(db: Engine, settings: Settings, retention: Retention) -> Maintainer:
+    return make_maintainer(
+        db, PostgresQueue(db, name="reminders", max_receive_count=5), settings,
         retention=retention,
-        retention_interval_s=600,
-    )
+    )  # fmt: skip
 
 
 # --- delivery_log partitions ----------------------------------------------------------------
@@ -189,7 +182,7 @@ def test_expired_weeks_go_by_partition_and_a_sending_row_keeps_its_week(
     now = MONDAY + 8 * WEEK + timedelta(days=2, hours=12)  # Wednesday 2031-04-30 12:00
     cutoff = now - timedelta(days=28)  # Wednesday 2031-04-02 12:00
     assert weeks[3] + WEEK <= cutoff < weeks[4] + WEEK  # weeks 0-3 whole before it
-    with caplog.at_level(logging.WARNING, logger="coordinator.retention"):
+    with caplog.at_level(logging.WARNING, logger="coordinator.maintenance.retention"):
         counts = m.run_once(now).counts
     # Week 3 expires now (0 and 2 went on earlier Wednesdays); week 1 is kept again.
     assert counts == {"partitions_created": 1, "partitions_dropped": 1, "partitions_kept": 1}

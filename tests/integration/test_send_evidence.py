@@ -33,13 +33,11 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, text
 from svix.webhooks import Webhook
 
-from coordinator.maintenance import Maintenance
+from coordinator.maintenance.delivery_rescuer import DeliveryRescuer
 from reminder_core.domain.localtime import idempotency_key
 from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import TransientDeliveryError
-from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
-from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.service import Outcome, Sender
@@ -217,7 +215,7 @@ def test_a_released_row_keeps_the_evidence_and_the_retry_records_it(
 
 
 def test_the_reaper_records_an_abandoned_row_with_evidence_as_sent(
-    db: Engine, queue: PostgresQueue, settings: Settings, fake: FakeProvider, api: TestClient
+    db: Engine, queue: PostgresQueue, fake: FakeProvider, api: TestClient
 ) -> None:
     _, key, message_id = dead_sender_sent(db, queue, fake)
     email_sent(api, key, message_id)
@@ -229,16 +227,8 @@ def test_the_reaper_records_an_abandoned_row_with_evidence_as_sent(
             )
         )
         conn.execute(text("UPDATE delivery_log SET updated_at = :t"), {"t": NOW})
-    maintenance = Maintenance(
-        db,
-        queue,
-        LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900,
-        abandon_after_s=60,
-        lease_s=60,
-    )
-    assert maintenance.abandon_sending(NOW + timedelta(seconds=120)) == 1
+    rescuer = DeliveryRescuer(db, abandon_after_s=60, batch_size=500, interval_s=0)
+    assert rescuer.run_once(NOW + timedelta(seconds=120)).counts == {"abandoned": 1}
     row = one(db, "SELECT status, provider_message_id, error FROM delivery_log")
     assert tuple(row) == ("sent", message_id, None)
 

@@ -27,7 +27,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from coordinator.maintenance import Maintenance
 from coordinator.service import Coordinator
 from reminder_core.domain.localtime import idempotency_key
 from reminder_core.domain.retry import RetryPolicy
@@ -42,6 +41,7 @@ from sender.service import Sender
 from tests.integration.helpers import insert_due_reminders
 from tests.integration.test_failover import EMAIL, closed_port, failover, keys_seen, new_key
 from tests.support.fake_provider import FakeProvider
+from tests.support.maintenance import make_maintainer
 
 FAIL_MAX = 3
 RESET_S = 1.0
@@ -141,11 +141,7 @@ def accepted(fake: FakeProvider) -> set[str]:
 def assert_nothing_dead_lettered(db: Engine, queue: PostgresQueue, settings: Settings) -> None:
     now = datetime.now(UTC)
     assert queue.depth(now=now).dead_lettered == 0
-    maintenance = Maintenance(
-        db, queue, LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900, abandon_after_s=900,
-    )  # fmt: skip
+    maintenance = make_maintainer(db, queue, settings)
     assert maintenance.run_once(now).counts == {}  # nothing recorded failed, nothing stuck
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from coordinator.maintenance import Maintenance
+from coordinator.maintenance.maintainer import Maintainer
 from coordinator.service import Coordinator
 from reminder_core.domain.suppression import ApplyOutcome
 from reminder_core.profiles import LocalProfileSource
@@ -28,6 +28,7 @@ from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from reminder_core.suppression import remove_suppression
 from tests.integration.test_sender import Clock, CountingProvider, make_sender
+from tests.support.maintenance import make_maintainer
 from webhooks.apply import apply_event
 from webhooks.events import EventKind, WebhookEvent
 
@@ -70,12 +71,8 @@ def tick(
     return make_sender(db, queue, settings, provider, Clock(now)).run_once(now).counts
 
 
-def maintenance(settings: Settings, db: Engine, queue: PostgresQueue) -> Maintenance:
-    return Maintenance(
-        db, queue, LocalProfileSource(settings.effective_profiles_file),
-        schedule_config=ScheduleConfig.from_settings(settings),
-        claim_timeout_s=900, abandon_after_s=900,
-    )  # fmt: skip
+def maintenance(settings: Settings, db: Engine, queue: PostgresQueue) -> Maintainer:
+    return make_maintainer(db, queue, settings)
 
 
 def reminder(db: Engine, rid: str) -> Any:

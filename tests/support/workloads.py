@@ -279,21 +279,71 @@ def provider_figures(stats: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- databases
 
 
+#: Advisory lock key under which test processes copy a template database: PostgreSQL
+#: refuses a copy while another session is connected to the template, and the copies of
+#: one run's workers would otherwise start at the same instant.
+_TEMPLATE_LOCK = 0x7E3A1A7E
+
+
+def database_url_named(admin_url: str, name: str) -> str:
+    """The URL of database `name` on the server of `admin_url`."""
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
 @contextmanager
-def fresh_database(admin_url: str, prefix: str) -> Iterator[tuple[str, Engine]]:
-    """A new empty database on the server of `admin_url`; dropped afterwards."""
+def fresh_database(
+    admin_url: str, prefix: str, *, template: str | None = None
+) -> Iterator[tuple[str, Engine]]:
+    """A new database on the server of `admin_url` (empty, or a copy of `template`);
+    dropped afterwards."""
     name = f"{prefix}_{random.getrandbits(32):08x}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+        if template is None:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        else:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _TEMPLATE_LOCK})
+            try:
+                conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _TEMPLATE_LOCK})
+    url = database_url_named(admin_url, name)
     engine = create_engine(url, pool_pre_ping=True)
     try:
         yield url, engine
     finally:
         engine.dispose()
+        drop_database(admin_url, name)
+        admin.dispose()
+
+
+def create_template(admin_url: str, prefix: str, prepare: Callable[[str], None]) -> str:
+    """Create a database named `prefix_<random>` and run `prepare` on its URL (e.g.
+    migrate it), for `fresh_database(..., template=...)` to copy; returns its name. The
+    caller drops it (`drop_database`)."""
+    name = f"{prefix}_{random.getrandbits(32):08x}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            prepare(database_url_named(admin_url, name))
+        except BaseException:
+            drop_database(admin_url, name)
+            raise
+    finally:
+        admin.dispose()
+    return name
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    """DROP DATABASE `name` on the server of `admin_url` (if it exists), closing the
+    sessions still connected to it."""
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
         admin.dispose()
 
 

@@ -1,5 +1,5 @@
 """What the CLI treats as an expected failure at start (one `error:` line, status 2 or 3)
-and what stays a bug with its traceback (reminders/boundary.py); empty variables mean
+and what stays a bug with its traceback (reminder_core/boundary.py); empty variables mean
 unset (README, Configuration)."""
 
 from __future__ import annotations
@@ -8,9 +8,14 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError
 
+from reminder_core.boundary import (
+    EXIT_CONFIGURATION,
+    EXIT_UNAVAILABLE,
+    expected_failure,
+    run_guarded,
+)
 from reminder_core.errors import ConfigurationError, InfrastructureError, configuration_errors
 from reminder_core.settings import Settings
-from reminders.boundary import EXIT_CONFIGURATION, EXIT_UNAVAILABLE, expected_failure, run_guarded
 
 
 class DriverError(Exception):

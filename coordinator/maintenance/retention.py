@@ -1,7 +1,7 @@
 """Retention (DESIGN §6): keep the tables from growing forever; never delete live work.
 
-Run by the maintenance workload (`coordinator.maintenance.Maintenance`) every
-RETENTION_INTERVAL_S:
+A maintenance service (`coordinator.maintenance`), run every RETENTION_INTERVAL_S (the
+first run at the workload's start; a run that left rows to delete is followed at once):
 
 - `delivery_log` is partitioned by week of `run_time_utc` (ISO weeks, Monday 00:00 UTC;
   migration 0005). The partitions of the current week and the next
@@ -35,6 +35,7 @@ from sqlalchemy.exc import OperationalError
 
 from reminder_core.db.queries import query
 from reminder_core.metrics import RETENTION_DELETED, RETENTION_PARTITIONS
+from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,10 @@ class Retention:
         max_chunks: most DELETE statements per table per run; more is left to the next
             run (`more`), so one run stays short.
         lock_timeout_s: wait for the locks of partition DDL at most this long (seconds).
+        interval_s: RETENTION_INTERVAL_S, seconds between runs.
     """
+
+    name = "retention"
 
     def __init__(
         self,
@@ -111,8 +115,10 @@ class Retention:
         batch_size: int = 5000,
         max_chunks: int = 10,
         lock_timeout_s: float = 0.5,
+        interval_s: float = 600.0,
     ) -> None:
         self._engine = engine
+        self.interval_s = interval_s
         self.delivery_log_retention = timedelta(days=delivery_log_retention_days)
         self.partitions_ahead = partitions_ahead
         self.outbox_retention = timedelta(days=outbox_retention_days)
@@ -123,6 +129,13 @@ class Retention:
         self.batch_size = batch_size
         self.max_chunks = max_chunks
         self.lock_timeout_ms = max(1, round(lock_timeout_s * 1000))
+
+    def run_once(self, now: datetime) -> TickResult:
+        """One run (`run`) as a maintenance service: its non-zero counts, `more` when a
+        chunk came back full."""
+        result = self.run(now)
+        counts = result.counts()
+        return TickResult(processed=sum(counts.values()), more=result.more, counts=counts)
 
     def run(self, now: datetime) -> RetentionResult:
         """Make the partitions ahead, drop the expired ones, delete expired rows.

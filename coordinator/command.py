@@ -1,0 +1,13 @@
+"""The `coordinator` command (`reminders coordinator`, `python -m coordinator`); cheap to
+import: the workload is imported when it runs."""
+
+from __future__ import annotations
+
+import typer
+
+
+def coordinator() -> None:
+    """Claim due reminders into the outbox and publish them."""
+    from coordinator.main import main
+
+    raise typer.Exit(main())

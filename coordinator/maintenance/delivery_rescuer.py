@@ -1,0 +1,58 @@
+"""Delivery rescuer: `sending` delivery rows that no worker holds and that their reminder
+will not come back to are ended: `failed` ("abandoned"), or `sent` when the provider's
+feedback reported the email accepted (docs/design.md, "Provider feedback")."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar
+
+from sqlalchemy import Engine
+
+from coordinator.maintenance.claim_rescuer import counted, stale_rows
+from reminder_core.domain.states import DeliveryStatus
+from reminder_core.logging import delivery_fields
+from reminder_core.worker.loop import TickResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DeliveryRescuer:
+    """Ends orphaned `sending` rows.
+
+    Attributes:
+        engine: database engine.
+        abandon_after_s: an unheld `sending` row older than this may be abandoned.
+        batch_size: most rows per run.
+        interval_s: seconds between runs.
+    """
+
+    engine: Engine
+    abandon_after_s: float
+    batch_size: int
+    interval_s: float
+    name: ClassVar[str] = "abandoned"
+
+    def run_once(self, now: datetime) -> TickResult:
+        """Record unheld, orphaned `sending` rows as failed (as sent with the provider's
+        evidence), in one transaction; counts {"abandoned": n}. Logs each one."""
+        rows = stale_rows(
+            self.engine, "abandon_sending", now, self.abandon_after_s, self.batch_size
+        )
+        failed = sum(1 for row in rows if row.status == DeliveryStatus.FAILED)
+        if failed:
+            log.warning("recorded %d abandoned deliveries as failed", failed)
+        for row in rows:
+            log.info(
+                "delivery abandoned: recorded failed"
+                if row.status == DeliveryStatus.FAILED
+                else "delivery abandoned: recorded sent (the provider reported it accepted)",
+                extra=delivery_fields(
+                    row.reminder_id, row.run_time_utc, None, row.provider,
+                    provider_calls=row.attempt_count,
+                ),
+            )  # fmt: skip
+        return counted(self.name, len(rows), self.batch_size)

@@ -1,0 +1,18 @@
+"""The `api` command (`reminders api`, `python -m reminder_api`); cheap to import: the
+application is imported when it runs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+Host = Annotated[str, typer.Option(help="Interface to listen on.")]
+Port = Annotated[int, typer.Option(help="TCP port to listen on.")]
+
+
+def api(host: Host = "127.0.0.1", port: Port = 8000) -> None:
+    """Serve the REST API."""
+    from reminder_api.main import main
+
+    raise typer.Exit(main(host=host, port=port))
