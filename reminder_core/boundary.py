@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-
-from pydantic import ValidationError
-from sqlalchemy.exc import OperationalError
+from typing import TYPE_CHECKING
 
 from reminder_core.errors import ConfigurationError, InfrastructureError
-from reminder_core.settings import Settings
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from sqlalchemy.exc import OperationalError
 
 #: A setting is missing, malformed or inconsistent (click also exits 2 on a bad command
 #: line): fix the environment or the arguments.
@@ -55,6 +56,12 @@ def expected_failure(exc: BaseException) -> tuple[int, list[str]] | None:
     process from its settings, see `reminder_core.errors.configuration_errors`), an
     InfrastructureError, and a database that refuses or cannot take the connection.
     """
+    # Imported here, not at the top: `reminders --help` need not load SQLAlchemy.
+    from pydantic import ValidationError
+    from sqlalchemy.exc import OperationalError
+
+    from reminder_core.settings import Settings
+
     if isinstance(exc, ValidationError) and exc.title == Settings.__name__:
         return EXIT_CONFIGURATION, settings_error_lines(exc)
     if isinstance(exc, ConfigurationError):

@@ -22,8 +22,7 @@ from reminder_core.errors import (
 )
 from reminder_core.logging import delivery_fields
 from reminder_core.metrics import POSSIBLE_DUPLICATES, SENDS_RECOVERED
-from sender.providers.base import OutgoingEmail, Provider, SendReceipt
-from sender.providers.failover import FailoverProvider
+from sender.providers.base import ChoosingProvider, OutgoingEmail, Provider, SendReceipt
 from sender.recheck import Recheck
 from sender.render import Renderer
 from sender.work import Begun, Outcome, SendResult, ShutdownRequested, log
@@ -78,7 +77,7 @@ class Executor:
     ) -> None:
         self._engine = engine
         self._provider = provider
-        self._failover = provider if isinstance(provider, FailoverProvider) else None
+        self._failover = provider if isinstance(provider, ChoosingProvider) else None
         self._renderer = renderer
         self.mail_from = mail_from
         self.retry = retry

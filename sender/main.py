@@ -11,11 +11,7 @@ from reminder_core.runtime import Runtime, open_runtime, run_services
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers import FileSinkProvider, Provider
-from sender.providers.failover import FailoverProvider
 from sender.providers.instrumented import InstrumentedProvider
-from sender.providers.resend import ResendProvider
-from sender.providers.ses import SesProvider
-from sender.providers.smtp import SmtpProvider
 from sender.render import Renderer
 from sender.service import Sender
 
@@ -36,6 +32,8 @@ def build_provider(settings: Settings) -> Provider:
     if backup_name == settings.email_provider:
         raise ValueError("EMAIL_PROVIDER_BACKUP must name another provider than EMAIL_PROVIDER")
     backup = InstrumentedProvider(build_single_provider(backup_name, settings))
+    from sender.providers.failover import FailoverProvider  # pybreaker, redis
+
     return FailoverProvider.from_settings([primary, backup], settings)
 
 
@@ -45,11 +43,19 @@ def build_single_provider(name: str, settings: Settings) -> Provider:
     Raises:
         ValueError: an unknown name, or a provider configured without what it needs.
     """
+    # Each adapter's client library (aiohttp, boto3, smtplib) is imported only when it is
+    # the one configured: a worker's start costs less CPU (docs/design.md, "Layout").
     if name == "resend":
+        from sender.providers.resend import ResendProvider
+
         return ResendProvider.from_settings(settings)
     if name == "ses":
+        from sender.providers.ses import SesProvider
+
         return SesProvider.from_settings(settings)
     if name == "smtp":
+        from sender.providers.smtp import SmtpProvider
+
         return SmtpProvider.from_settings(settings)
     if name == "file":
         return FileSinkProvider(settings.effective_mail_dir)

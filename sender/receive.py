@@ -8,8 +8,7 @@ from datetime import datetime
 from reminder_core.logging import delivery_fields
 from reminder_core.messages import MalformedMessage, OccurrenceMessage
 from reminder_core.queue import Message, Queue
-from sender.providers.base import Provider
-from sender.providers.failover import FailoverProvider
+from sender.providers.base import ChoosingProvider, Provider
 from sender.work import Decided, Outcome, Received, log
 
 
@@ -18,7 +17,7 @@ class Receiver:
 
     Args:
         queue: where occurrences arrive.
-        provider: the sender's provider; a FailoverProvider gates receiving.
+        provider: the sender's provider; a failover (ChoosingProvider) gates receiving.
         batch_size: messages per receive.
         visibility_timeout_s: seconds each received message stays hidden.
     """
@@ -27,7 +26,7 @@ class Receiver:
         self, queue: Queue, provider: Provider, *, batch_size: int, visibility_timeout_s: float
     ) -> None:
         self._queue = queue
-        self._gate = provider if isinstance(provider, FailoverProvider) else None
+        self._gate = provider if isinstance(provider, ChoosingProvider) else None
         self.batch_size = batch_size
         self.visibility_timeout_s = visibility_timeout_s
 

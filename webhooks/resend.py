@@ -20,8 +20,6 @@ import base64
 import binascii
 from collections.abc import Mapping
 
-from svix.webhooks import Webhook, WebhookVerificationError
-
 from reminder_core.domain.localtime import KEY_TAG
 from reminder_core.errors import MalformedBody, Unauthenticated
 from webhooks.events import EventKind, WebhookEvent, accepted_events
@@ -50,6 +48,10 @@ class ResendVerifier:
             raise ValueError("the Resend webhook secret is not a whsec_<base64> secret") from exc
         if not key:
             raise ValueError("the Resend webhook secret is empty")
+        # svix loads its whole API client (~0.5 s): only an API with Resend webhooks
+        # configured pays for it.
+        from svix.webhooks import Webhook
+
         self._webhook = Webhook(secret)
 
     def verify(self, body: bytes, headers: Mapping[str, str]) -> str:
@@ -65,6 +67,8 @@ class ResendVerifier:
                 no matching "v1" signature, or a body that is not UTF-8 (it cannot have
                 been signed as sent).
         """
+        from svix.webhooks import WebhookVerificationError
+
         lowered = {k.lower(): v for k, v in headers.items()}
         picked = {name: lowered.get(name, "") for name in SIGNATURE_HEADERS}
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,31 @@ class Provider(Protocol):
                 retry_after_s when the provider said how long to wait.
             PermanentDeliveryError: never retry (rejected message or address).
         """
+        ...
+
+
+@runtime_checkable
+class ChoosingProvider(Protocol):
+    """A provider that chooses among several behind circuit breakers
+    (sender/providers/failover.py): it says whether any may be called now, and can pin
+    an idempotency key to the one an ambiguous attempt may have reached. The sender's
+    stages look for these methods rather than import the failover module (pybreaker,
+    redis) when no failover is configured."""
+
+    def ready(self) -> bool:
+        """False while every breaker is open and none is due for its probe."""
+        ...
+
+    def breaker_states(self) -> dict[str, str]:
+        """{provider name: "closed" | "open" | "half-open"}, primary first."""
+        ...
+
+    def pinned_provider(self, idempotency_key: str) -> str | None:
+        """The provider the key is pinned to, or None."""
+        ...
+
+    def pin(self, idempotency_key: str, provider_name: str) -> None:
+        """Send every later attempt for the key to `provider_name` only."""
         ...
 
 
