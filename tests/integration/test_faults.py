@@ -20,20 +20,20 @@ from sqlalchemy import Engine, text
 
 from coordinator.maintenance.maintainer import Maintainer, MaintenanceStepFailed
 from coordinator.service import Coordinator
+from reminder_core.clock import utcnow
 from reminder_core.dlq import replay
 from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import NEXT_RUN_LAG
-from reminder_core.profiles import LocalProfileSource, ProfileSource
+from reminder_core.profiles import ProfileSource
 from reminder_core.queue import PostgresQueue
-from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
-from sender.render import Renderer
 from sender.service import Sender
 from tests.integration.helpers import insert_due_reminders
 from tests.support.fake_provider import FakeProvider
 from tests.support.maintenance import make_maintainer
 from tests.support.providers import resend_provider
+from tests.support.sending import make_sender
 
 FAST = RetryPolicy(attempts=4, base_s=0.05, max_wait_s=5, budget_s=60)
 
@@ -58,7 +58,7 @@ class Clock:
         return self.now
 
 
-def make_sender(
+def faults_sender(
     db: Engine,
     queue: PostgresQueue,
     settings: Settings,
@@ -69,19 +69,13 @@ def make_sender(
     read_timeout_s: float = 5.0,
     visibility_timeout_s: float = 30,
 ) -> Sender:
-    return Sender(
-        db,
-        queue,
-        LocalProfileSource(settings.effective_profiles_file),
-        Renderer(),
-        resend_provider(fake.url, read_timeout_s=read_timeout_s, connect_timeout_s=2.0),
-        mail_from="r@example.com",
+    """tests.support.sending.make_sender calling the fake Resend at `fake` (real time
+    unless `clock` is given)."""
+    provider = resend_provider(fake.url, read_timeout_s=read_timeout_s, connect_timeout_s=2.0)
+    return make_sender(
+        db, queue, settings, provider, clock or utcnow, retry=retry,
         visibility_timeout_s=visibility_timeout_s,
-        lease_s=60,
-        schedule_config=ScheduleConfig.from_settings(settings),
-        retry=retry,
-        **({"clock": clock} if clock else {}),
-    )
+    )  # fmt: skip
 
 
 def maintenance_with(
@@ -111,7 +105,7 @@ def test_429_with_retry_after_2_waits_at_least_2_seconds(db, queue, settings, fa
     insert_due_reminders(db, 1, next_run_utc=now)
     claim(db, queue, now)
     fake.inject({"kind": "429", "retry_after": 2})
-    assert make_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
+    assert faults_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
     at = [r["at"] for r in fake.state.requests]
     assert len(at) == 2
     assert at[1] - at[0] >= 2.0
@@ -125,7 +119,7 @@ def test_500_three_times_then_200_is_delivered_once_with_4_attempts(
     insert_due_reminders(db, 1, next_run_utc=now)
     claim(db, queue, now)
     fake.inject({"kind": "500"}, {"kind": "500"}, {"kind": "500"})
-    assert make_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
+    assert faults_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
     assert len(fake.state.accepted) == 1
     assert [r["status"] for r in fake.state.requests] == [500, 500, 500, 200]
     assert delivery(db)[:2] == ("sent", 4)
@@ -136,7 +130,7 @@ def test_400_fails_at_once_with_one_provider_call(db, queue, settings, fake) -> 
     insert_due_reminders(db, 1, next_run_utc=now)
     claim(db, queue, now)
     fake.inject({"kind": "400"})
-    assert make_sender(db, queue, settings, fake).run_once(now).counts == {"failed": 1}
+    assert faults_sender(db, queue, settings, fake).run_once(now).counts == {"failed": 1}
     assert len(fake.state.requests) == 1
     status, attempts, error = delivery(db)
     assert (status, attempts) == ("failed", 1)
@@ -154,7 +148,7 @@ def test_timeout_after_sending_retries_with_the_same_key_and_sends_once(
     insert_due_reminders(db, 1, next_run_utc=now)
     claim(db, queue, now)
     fake.inject({"kind": "latency", "seconds": 1.5})
-    sender = make_sender(db, queue, settings, fake, read_timeout_s=0.5)
+    sender = faults_sender(db, queue, settings, fake, read_timeout_s=0.5)
     assert sender.run_once(now).counts == {"sent": 1}
     time.sleep(1.5)  # let the slow first request finish on the server
     keys = [r["key"] for r in fake.state.requests]
@@ -169,7 +163,7 @@ def test_dropped_connection_is_retried(db, queue, settings, fake) -> None:
     insert_due_reminders(db, 1, next_run_utc=now)
     claim(db, queue, now)
     fake.inject({"kind": "drop"})
-    assert make_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
+    assert faults_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
     assert len(fake.state.accepted) == 1
 
 
@@ -189,7 +183,7 @@ def test_always_failing_provider_dead_letters_fails_and_advances_a_recurring_rem
     claim(db, queue, now)
     fake.inject(always={"kind": "500"})
     clock = Clock(now)
-    sender = make_sender(db, queue, settings, fake, retry=RetryPolicy(attempts=1), clock=clock)
+    sender = faults_sender(db, queue, settings, fake, retry=RetryPolicy(attempts=1), clock=clock)
     for _ in range(6):  # each receive fails; the message comes back after its backoff
         sender.run_once(clock.now)
         clock.now += timedelta(minutes=10)
@@ -214,7 +208,7 @@ def test_replay_sends_a_dead_letter_once_and_never_resends_a_delivered_one(
     claim(db, queue, now)
     fake.inject(always={"kind": "500"})
     clock = Clock(now)
-    sender = make_sender(db, queue, settings, fake, retry=RetryPolicy(attempts=1), clock=clock)
+    sender = faults_sender(db, queue, settings, fake, retry=RetryPolicy(attempts=1), clock=clock)
     for _ in range(5):
         sender.run_once(clock.now)
         clock.now += timedelta(minutes=10)
@@ -251,8 +245,8 @@ def test_heartbeat_keeps_a_slow_send_invisible_to_other_senders(db, queue, setti
     insert_due_reminders(db, 1, next_run_utc=now)
     claim(db, queue, now)
     fake.inject({"kind": "latency", "seconds": 3})
-    slow = make_sender(db, queue, settings, fake, visibility_timeout_s=1.2)
-    other = make_sender(db, queue, settings, fake, visibility_timeout_s=1.2)
+    slow = faults_sender(db, queue, settings, fake, visibility_timeout_s=1.2)
+    other = faults_sender(db, queue, settings, fake, visibility_timeout_s=1.2)
     done: dict[str, int] = {}
     worker = threading.Thread(target=lambda: done.update(slow.run_once(datetime.now(UTC)).counts))
     worker.start()
@@ -326,7 +320,7 @@ def test_the_reaper_leaves_the_row_of_a_paused_reminder_that_still_points_at_it(
     with db.begin() as conn:  # resumed: pending again at the same occurrence
         conn.execute(text("UPDATE reminders SET status = 'pending'"))
     claim(db, queue, now)
-    assert make_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
+    assert faults_sender(db, queue, settings, fake).run_once(now).counts == {"sent": 1}
     with db.connect() as conn:
         row = conn.execute(
             text("SELECT d.status, r.status AS r_status FROM delivery_log d"

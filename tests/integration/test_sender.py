@@ -9,51 +9,20 @@ import email
 import email.policy
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import Engine, event, text
 
 from coordinator.service import Coordinator
-from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import TransientDeliveryError
-from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
-from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.render import Renderer
 from sender.service import Outcome, Sender
 from tests.integration.helpers import insert_due_reminders, insert_sending_rows
-from tests.support.sending import Clock, CountingProvider
-
-NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
-
-
-def make_sender(
-    db: Engine,
-    queue: PostgresQueue,
-    settings: Settings,
-    provider: CountingProvider,
-    clock: Clock | None = None,
-    *,
-    renderer: Renderer | None = None,
-    retry: RetryPolicy | None = None,
-) -> Sender:
-    return Sender(
-        db,
-        queue,
-        LocalProfileSource(settings.effective_profiles_file),
-        renderer or Renderer(),
-        provider,
-        mail_from="Reminders <reminders@example.com>",
-        visibility_timeout_s=30,
-        lease_s=60,
-        schedule_config=ScheduleConfig.from_settings(settings),
-        # One call per receive unless a test asks for more: these tests follow the queue.
-        retry=retry or RetryPolicy(attempts=1),
-        clock=clock or Clock(NOW),
-    )
+from tests.support.sending import NOW, Clock, CountingProvider, make_sender
 
 
 def claim(db: Engine, queue: PostgresQueue) -> None:

@@ -28,18 +28,17 @@ import pytest
 from sqlalchemy import Engine, text
 
 from coordinator.service import Coordinator
+from reminder_core.clock import utcnow
 from reminder_core.domain.localtime import idempotency_key
 from reminder_core.domain.retry import RetryPolicy
-from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
-from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from reminder_core.worker.loop import TickResult
 from sender.providers.failover import FailoverProvider
-from sender.render import Renderer
 from sender.service import Sender
 from tests.integration.helpers import insert_due_reminders
 from tests.integration.test_failover import EMAIL, closed_port, failover, keys_seen, new_key
+from tests.support import sending
 from tests.support.fake_provider import FakeProvider
 from tests.support.maintenance import make_maintainer
 
@@ -77,18 +76,7 @@ def make_sender(
     senders: list[Sender] = []
 
     def make(provider: FailoverProvider, retry: RetryPolicy) -> Sender:
-        sender = Sender(
-            db,
-            queue,
-            LocalProfileSource(settings.effective_profiles_file),
-            Renderer(),
-            provider,
-            mail_from="r@example.com",
-            visibility_timeout_s=30,
-            lease_s=60,
-            schedule_config=ScheduleConfig.from_settings(settings),
-            retry=retry,
-        )
+        sender = sending.make_sender(db, queue, settings, provider, utcnow, retry=retry)
         senders.append(sender)
         return sender
 

@@ -14,15 +14,10 @@ from pathlib import Path
 from sqlalchemy import Engine, text
 
 from coordinator.service import Coordinator
-from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import TransientDeliveryError
-from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
-from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
-from sender.render import Renderer
-from sender.service import Sender
-from tests.integration.test_sender import Clock, CountingProvider
+from tests.support.sending import Clock, CountingProvider, make_sender
 
 
 def z(*args: int) -> datetime:
@@ -62,19 +57,7 @@ def insert(
 def tick(db: Engine, queue: PostgresQueue, settings: Settings, provider: CountingProvider,
          now: datetime) -> dict[str, int]:  # fmt: skip
     Coordinator(db, queue, lookahead_s=0, batch_size=100, worker_id="c").run_once(now)
-    sender = Sender(
-        db,
-        queue,
-        LocalProfileSource(settings.effective_profiles_file),
-        Renderer(),
-        provider,
-        mail_from="r@example.com",
-        visibility_timeout_s=30,
-        lease_s=60,
-        schedule_config=ScheduleConfig.from_settings(settings),
-        retry=RetryPolicy(attempts=1),
-        clock=Clock(now),
-    )
+    sender = make_sender(db, queue, settings, provider, Clock(now))
     return sender.run_once(now).counts
 
 

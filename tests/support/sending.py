@@ -1,14 +1,29 @@
-"""Test doubles at the sender's edge: a counting file-sink provider and a settable clock."""
+"""The sender as the tests make it (`make_sender`, the one builder), and test doubles at
+its edge: a counting file-sink provider and a settable clock."""
 
 from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
-from sender.providers.base import OutgoingEmail, SendReceipt
+from sqlalchemy import Engine
+
+from reminder_core.domain.retry import RetryPolicy
+from reminder_core.profiles import LocalProfileSource
+from reminder_core.queue import Queue
+from reminder_core.scheduling import ScheduleConfig
+from reminder_core.settings import Settings
+from sender.providers.base import OutgoingEmail, Provider, SendReceipt
 from sender.providers.file_sink import FileSinkProvider
+from sender.render import Renderer
+from sender.service import Sender
+
+#: The sender tests' instant (the default clock of `make_sender`).
+NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
+MAIL_FROM = "Reminders <reminders@example.com>"
 
 
 class CountingProvider:
@@ -39,3 +54,36 @@ class Clock:
 
     def __call__(self) -> datetime:
         return self.now
+
+
+def make_sender(
+    db: Engine,
+    queue: Queue,
+    settings: Settings,
+    provider: Provider,
+    clock: Callable[[], datetime] | None = None,
+    *,
+    renderer: Renderer | None = None,
+    retry: RetryPolicy | None = None,
+    visibility_timeout_s: float = 30,
+    lease_s: float = 60,
+) -> Sender:
+    """A sender on `queue` calling `provider`, profiles from the settings' file, the
+    shipped templates unless `renderer` is given, a 30 s visibility timeout and a 60 s
+    lease. `clock` (its rows' timestamps) defaults to a clock fixed at NOW; pass
+    `reminder_core.clock.utcnow` for real time. One call per receive unless `retry` says
+    more: most sender tests follow the queue. The caller closes it if it starts threads
+    it must stop (`Sender.close`)."""
+    return Sender(
+        db,
+        queue,
+        LocalProfileSource(settings.effective_profiles_file),
+        renderer or Renderer(),
+        provider,
+        mail_from=MAIL_FROM,
+        visibility_timeout_s=visibility_timeout_s,
+        lease_s=lease_s,
+        schedule_config=ScheduleConfig.from_settings(settings),
+        retry=retry or RetryPolicy(attempts=1),
+        clock=clock or Clock(NOW),
+    )
