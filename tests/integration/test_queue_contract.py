@@ -157,12 +157,19 @@ def test_stale_receipt_handle_is_accepted_and_the_current_one_deletes(backend: B
 
 def test_delay_hides_message_until_due(backend: Backend) -> None:
     b = backend
-    b.queue.send_batch([{"n": 1}, {"n": 2}], now=b.clock.now(), delays_s=[0, 2])
+    sent_at = b.clock.now()
+    b.queue.send_batch([{"n": 1}, {"n": 2}], now=sent_at, delays_s=[0, 3])
     assert bodies(receive(b, visibility_timeout_s=60)) == [{"n": 1}]
     assert depth(b) == (0, 2, 0)  # one in flight, one delayed
-    b.clock.sleep(1.5)
+
+    def sleep_until(seconds_after_send: float) -> None:
+        # Measured from the send (the SQS backend's clock is real time, and a loaded
+        # machine makes the calls above take a while): 1.5 s before and after the delay.
+        b.clock.sleep(max(0.0, seconds_after_send - (b.clock.now() - sent_at).total_seconds()))
+
+    sleep_until(1.5)
     assert receive(b, visibility_timeout_s=60) == []
-    b.clock.sleep(1)
+    sleep_until(4.5)
     assert bodies(receive(b, visibility_timeout_s=60)) == [{"n": 2}]
 
 

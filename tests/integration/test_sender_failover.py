@@ -401,7 +401,9 @@ def test_a_worker_taking_over_an_ambiguous_row_sends_only_to_the_provider_it_nam
     recovery = threading.Timer(0.5, primary.inject)
     recovery.start()
     try:
-        result = b.run_once(now + timedelta(seconds=1))  # A's backoff has passed
+        # A's backoff has passed (measured from now: A's run took a while on a loaded
+        # machine, and it hid the message from the time it gave it back)
+        result = b.run_once(datetime.now(UTC) + timedelta(seconds=1))
     finally:
         recovery.cancel()
 
