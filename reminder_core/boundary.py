@@ -1,6 +1,6 @@
 """How a CLI command ends on an expected failure at start: `error: ...` lines on stderr and
-a documented exit status (README, "Exit status"), never a traceback. Anything else is a
-bug and keeps its traceback."""
+a documented exit status (docs/operations.md, "Exit status"), never a traceback. Anything
+else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ def configure_logging(
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     logging.getLogger("pgserver").setLevel(logging.WARNING)  # logs every initdb line at INFO
     # httpx/httpcore log every request at INFO: one line per provider call or profile
-    # lookup would undo logging sent deliveries at DEBUG (see the README's Logs section).
+    # lookup would undo logging sent deliveries at DEBUG (docs/operations.md, "Logs").
     for chatty in ("httpx", "httpcore"):
         logging.getLogger(chatty).setLevel(
             logging.WARNING if root.level >= logging.INFO else root.level

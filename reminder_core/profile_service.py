@@ -1,6 +1,6 @@
 """HTTP client of the user profile service: the production `ProfileSource` (DESIGN §5).
 
-Wire contract (README, "Profile service"):
+Wire contract (docs/configuration.md, "Profile service"):
 
     GET {PROFILE_SERVICE_URL}/users/{user_id}
         Accept: application/json
@@ -124,7 +124,7 @@ def parse_profile(user_id: str, body: bytes) -> Profile:
 
 @dataclass(frozen=True, slots=True)
 class ProfileServiceConfig:
-    """How the client talks to the profile service (one row each in README's table).
+    """How the client talks to the profile service (one row each in docs/configuration.md's table).
 
     Attributes:
         base_url: e.g. "https://profiles.internal/api"; requests go to base_url/users/{id}.

@@ -1,6 +1,6 @@
 """Configuration of every workload, read from environment variables (pydantic-settings).
 
-Each field below is one row of the configuration table in README.md; the environment
+Each field below is one row of the table in docs/configuration.md; the environment
 variable is the field name in upper case (e.g. `DATABASE_URL`, `POLL_INTERVAL_S`).
 """
 
@@ -134,7 +134,7 @@ class Settings(BaseSettings):
         le=1,
         description="The sender's completer writes send outcomes at most once per this"
         " interval (a lone answer at once): a crash repeats at most the accepted sends"
-        ' not yet written (README "Delivery guarantees").',
+        ' not yet written (docs/operations.md "Delivery guarantees").',
     )
     sender_flush_max: int = Field(
         default=100, ge=1, le=1000, description="Outcomes that make the completer write at once."
@@ -160,7 +160,7 @@ class Settings(BaseSettings):
     expansion_max_iterations: int = Field(default=100_000, ge=100)
     expansion_max_seconds: float = Field(default=0.5, gt=0, le=10)
 
-    # --- metrics and alert thresholds (DESIGN §6; README "Metrics") ---
+    # --- metrics and alert thresholds (DESIGN §6; docs/operations.md "Metrics") ---
     metrics_port: int = Field(
         default=0,
         ge=0,

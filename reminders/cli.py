@@ -94,7 +94,7 @@ def dlq_list(
 
 
 #: `dlq replay|purge`: dead letters another reader held invisible could not be reached
-#: (README, "Exit status"); running it again once the reader lets go finishes the job.
+#: (docs/operations.md, "Exit status"); running it again once the reader lets go finishes the job.
 EXIT_NOT_REACHED = 4
 #: Default of `--wait-s`: a dead-letter scan hides each letter for 30 s (the maintenance
 #: workload's and the `dlq` commands'; 30 s is also SQS's default VisibilityTimeout, which

@@ -259,7 +259,8 @@ class Executor:
     def _possible_duplicate(self, attempt: _Attempt) -> None:
         """Count and log a send of a row taken over from a sender that died with its
         outcome unknown: if that sender's call was accepted, a provider that does not
-        deduplicate on the key delivers this one too (README "Delivery guarantees")."""
+        deduplicate on the key delivers this one too (docs/operations.md "Delivery
+        guarantees")."""
         provider = self._provider_of(attempt)
         POSSIBLE_DUPLICATES.labels(provider=provider).inc()
         log.warning(

@@ -14,8 +14,8 @@ from sender.work import Decided, Outcome, ShutdownRequested, log
 
 #: Outcomes logged one line per message when a batch settles, and at which level; RETRY,
 #: FAILED and DROPPED are logged where they are decided, with their error. SENT is DEBUG:
-#: a JSON line per sent message adds some 40% to the CPU of an in-process send (README
-#: "Logs"); each batch logs one INFO summary ("deliveries settled") instead.
+#: a JSON line per sent message adds some 40% to the CPU of an in-process send
+#: (docs/operations.md "Logs"); each batch logs one INFO summary ("deliveries settled") instead.
 OUTCOME_LOG_LEVELS = {
     Outcome.SENT: logging.DEBUG,
     Outcome.CANCELLED: logging.INFO,

@@ -25,7 +25,7 @@ from reminder_core.profiles import Profile
 from reminder_core.queue import Message
 from sender.providers.base import SendReceipt
 
-#: The logger of every delivery event of every stage (README "Logs" names it).
+#: The logger of every delivery event of every stage (docs/operations.md "Logs" names it).
 log = logging.getLogger("sender.service")
 
 

@@ -165,13 +165,13 @@ class Evidence(StrEnum):
 
 
 def apply_evidence(conn: Connection, event: WebhookEvent, *, now: datetime) -> Evidence:
-    """Apply an ACCEPTED event (the provider took or delivered the email of one
-    occurrence) in the caller's transaction: while that occurrence's delivery row is
-    still `sending`, record on it the provider, its message id, the instant it accepted
-    the email (`event.occurred_at`, else `now`) and the recipient, so the sender that
-    takes the row over records it `sent` instead of sending a second email (README
-    "Delivery guarantees"). Nothing is stored in `webhook_events`: a replay finds the
-    evidence there and changes nothing. Counted in `reminders_send_evidence_total`.
+    """Apply an ACCEPTED event (the provider took or delivered the email of one occurrence)
+    in the caller's transaction: while that occurrence's delivery row is still `sending`,
+    record on it the provider, its message id, the instant it accepted the email
+    (`event.occurred_at`, else `now`) and the recipient, so the sender that takes the row
+    over records it `sent` instead of sending a second email (docs/operations.md, "Delivery
+    guarantees"). Nothing is stored in `webhook_events`: a replay finds the evidence there
+    and changes nothing. Counted in `reminders_send_evidence_total`.
 
     Args:
         conn: a connection inside the caller's transaction.

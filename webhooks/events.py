@@ -19,8 +19,8 @@ class EventKind(StrEnum):
     ACCEPTED: the provider took the email to deliver it, or delivered it (SES `Send` /
         `Delivery`, Resend `email.sent` / `email.delivered`): evidence for a delivery
         still `sending` whose sender died or lost the answer, so that the sender taking
-        it over records it `sent` instead of sending it again (README "Delivery
-        guarantees"). Found by `idempotency_key`, not stored as an event.
+        it over records it `sent` instead of sending it again (docs/operations.md,
+        "Delivery guarantees"). Found by `idempotency_key`, not stored as an event.
     """
 
     HARD_BOUNCE = "hard_bounce"

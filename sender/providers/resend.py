@@ -124,7 +124,7 @@ class ResendProvider:
                     # which our keys are made of. Resend publishes them with every
                     # webhook event (email.sent, ...): how the webhook endpoint finds the
                     # delivery of a send whose sender died before it learnt the answer
-                    # (README "Delivery guarantees").
+                    # (docs/operations.md "Delivery guarantees").
                     "tags": [{"name": KEY_TAG, "value": idempotency_key}],
                 },
                 headers={

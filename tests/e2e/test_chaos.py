@@ -612,9 +612,9 @@ def test_duplicate_dead_lettered_during_a_slow_send_does_not_fail_it(rig: Rig) -
 @pytest.mark.e2e
 @pytest.mark.timeout(120)
 def test_a_sender_stuck_in_a_provider_call_stops_at_the_end_of_its_grace(rig: Rig) -> None:
-    """README: after SHUTDOWN_GRACE_S a workload "stops anyway (exit status 1)". Found by
-    the break-it trial of issue 12: a sender whose provider call hung kept running until
-    that call's own timeout (SMTP_TIMEOUT_S 30 s), past the grace and past Kubernetes'
+    """docs/operations.md: after SHUTDOWN_GRACE_S a workload "stops anyway (exit status 1)".
+    Found by the break-it trial of issue 12: a sender whose provider call hung kept running
+    until that call's own timeout (SMTP_TIMEOUT_S 30 s), past the grace and past Kubernetes'
     terminationGracePeriodSeconds, because the interpreter waits for the send threads at
     exit. The occurrence is delivered once after a restart."""
     rig.configure(PROVIDER_READ_TIMEOUT_S="60")

@@ -1,10 +1,10 @@
 """A bad configuration or an unreachable database at start: the CLI (and `python -m
 <package>`) prints one `error: ...` line naming the setting and exits 2 (configuration) or
-3 (dependency unavailable), never a traceback (README, "Exit status"). `python -m
+3 (dependency unavailable), never a traceback (docs/operations.md, "Exit status"). `python -m
 <package> --help` prints the command's usage and exits 0.
 
 Expected lines come from the new-user trial's report (each bad setting it tried) and the
-README's exit statuses. Every case fails at start, so these run in seconds.
+docs/operations.md's exit statuses. Every case fails at start, so these run in seconds.
 """
 
 from __future__ import annotations

@@ -23,10 +23,10 @@ most MAX_UNEXPLAINED per run, and re-sent accepted keys at most
 MAX_RESENT_PER_SENDER_KILL (issue 12's 0.5) per sender kill on average over the runs.
 
 That figure holds only for a provider that reports acceptance by webhook well within the
-delivery lease, as here. An SMTP server sends no such feedback: there every call under
-way at a kill, and every answer not yet written, is still a second email (README
-"Delivery guarantees"); without webhooks this storm measured 0.17-1.17 re-sends per
-sender kill from answers not yet written alone, besides the calls in flight.
+delivery lease, as here. An SMTP server sends no such feedback: there every call under way
+at a kill, and every answer not yet written, is still a second email (docs/operations.md,
+"Delivery guarantees"); without webhooks this storm measured 0.17-1.17 re-sends per sender
+kill from answers not yet written alone, besides the calls in flight.
 
 Each re-sent key is classified twice. By the senders' kill times (`resent_split`):
 accepted after a sender's kill, the call was under way when its sender died

@@ -214,7 +214,7 @@ def test_profile_with_an_unknown_zone_is_503_saying_the_profile_is_broken(
     client: TestClient, db: Engine, settings: Settings, token_for: TokenFor
 ) -> None:
     # New-user trial: "timezone": "Nowhere/Zone" in the profiles file answered 422 naming
-    # `timezone`, a field the client never sent. README, Profile service: broken profile
+    # `timezone`, a field the client never sent. docs/configuration.md, Profile service: broken
     # data is 503 problem+json, never an error of the request, whichever the source.
     profiles = settings.effective_profiles_file
     data = json.loads(profiles.read_text())

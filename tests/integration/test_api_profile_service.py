@@ -1,9 +1,9 @@
 """Creating reminders with PROFILE_SERVICE_URL set: the API reads profiles over HTTP.
 
-Expected values: the profile service contract (README, "Profile service": 404 = unknown
-user, refused with 422 as with the local file; transient failures and malformed answers
-are the service being unavailable, 503 problem+json with Retry-After, RFC 9110 §15.6.4
-and RFC 9457) and Tokyo's fixed UTC+9 (no DST since 1951): 09:00 JST = 00:00Z.
+Expected values: the profile service contract (docs/configuration.md, "Profile service": 404
+= unknown user, refused with 422 as with the local file; transient failures and malformed
+answers are the service being unavailable, 503 problem+json with Retry-After, RFC 9110
+§15.6.4 and RFC 9457) and Tokyo's fixed UTC+9 (no DST since 1951): 09:00 JST = 00:00Z.
 """
 
 from __future__ import annotations

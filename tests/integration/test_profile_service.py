@@ -1,9 +1,10 @@
 """The profile service client against a real local HTTP server (tests/support).
 
-Expected values come from the wire contract in `reminder_core/profile_service.py` (README,
-"Profile service"): the path escaping of RFC 3986 §2.1/§3.3, the status classes, the
-full-jitter bounds of the retry policy (AWS Architecture Blog, "Exponential Backoff and
-Jitter": wait n is uniform in [0, base·2^(n-1)]), the cache TTLs and the time budget.
+Expected values come from the wire contract in `reminder_core/profile_service.py`
+(docs/configuration.md, "Profile service"): the path escaping of RFC 3986 §2.1/§3.3, the
+status classes, the full-jitter bounds of the retry policy (AWS Architecture Blog,
+"Exponential Backoff and Jitter": wait n is uniform in [0, base·2^(n-1)]), the cache TTLs
+and the time budget.
 """
 
 from __future__ import annotations

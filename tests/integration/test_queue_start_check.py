@@ -5,7 +5,7 @@ not move).
 
 - At start, every workload that uses the queue asks it once whether it exists: a queue
   SQS says does not exist is a configuration error, one `error:` line naming QUEUE_URL
-  and `reminders queue create`, exit status 2 (README, "Exit status"). A queue server
+  and `reminders queue create`, exit status 2 (docs/operations.md, "Exit status"). A queue server
   that cannot be asked is an outage: the workload starts anyway.
 - A failed fast-path publish counts as a failed tick: reminders_tick_failures_total
   moves, and /readyz answers 503 after NOT_READY_AFTER_FAILURES of them in a row, while

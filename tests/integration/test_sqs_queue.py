@@ -403,7 +403,8 @@ def test_dlq_list_prints_whole_ids_and_says_when_a_scan_missed_held_letters(
     assert reminder_id in table.stdout
     assert table.stderr == ""
 
-    # The maintenance workload's scan holds the letter for 30 s (README, "Point it at SQS").
+    # The maintenance workload's scan holds the letter for 30 s (docs/configuration.md,
+    # "Point it at SQS").
     assert len(queue.dead_letters(limit=10, unrecorded_only=True)) == 1
     missed = runner.invoke(app, ["dlq", "list", "--json"], env=env)
 

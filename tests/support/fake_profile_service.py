@@ -1,5 +1,5 @@
 """A fake user profile service: a real local HTTP server speaking the contract of
-`reminder_core/profile_service.py` (README, "Profile service").
+`reminder_core/profile_service.py` (docs/configuration.md, "Profile service").
 
     GET /users/{percent-encoded user id}  → 200 {"email", "timezone"} | 404
     (401 when a token is configured and the request's bearer token differs)

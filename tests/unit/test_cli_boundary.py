@@ -1,6 +1,6 @@
 """What the CLI treats as an expected failure at start (one `error:` line, status 2 or 3)
 and what stays a bug with its traceback (reminder_core/boundary.py); empty variables mean
-unset (README, Configuration)."""
+unset (docs/configuration.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""README.md documents every setting and every command, and nothing that is not one
-(new-user trial: seven settings and five commands were missing from it)."""
+"""The docs list every setting (docs/configuration.md, "Environment variables") and every
+command (docs/operations.md, "Running the workloads"), and nothing that is not one
+(new-user trial: seven settings and five commands were missing from the README that held
+them then)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,15 @@ from typer.core import TyperGroup
 from reminder_core.settings import Settings
 from reminders.cli import app
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+CONFIGURATION = DOCS / "configuration.md"
+OPERATIONS = DOCS / "operations.md"
 
 
 def section(title: str) -> str:
-    """The text of the README section `title` (a `## ` heading), up to the next heading
-    of any level."""
-    text = README.read_text(encoding="utf-8")
+    """The text of the section `title` of docs/configuration.md (a `## ` heading), up to
+    the next heading of any level."""
+    text = CONFIGURATION.read_text(encoding="utf-8")
     start = text.index(f"\n## {title}\n")
     end = text.index("\n#", start + 1)
     return text[start:end]
@@ -28,7 +32,7 @@ def table_variables() -> list[str]:
     """The variables named in the first column of the configuration table (a row may
     name two: "`JWT_ISSUER` / `JWT_AUDIENCE`")."""
     names: list[str] = []
-    for line in section("Configuration").splitlines():
+    for line in section("Environment variables").splitlines():
         if line.startswith("| `"):
             first_cell = line.split("|")[1]
             names += re.findall(r"`([A-Z][A-Z0-9_]*)`", first_cell)
@@ -66,7 +70,7 @@ def command_paths(group: TyperGroup, prefix: str = "") -> list[str]:
 
 def test_every_command_is_listed() -> None:
     paths = command_paths(typer.main.get_group(app))
-    text = README.read_text(encoding="utf-8")
+    text = OPERATIONS.read_text(encoding="utf-8")
     missing = [path for path in paths if not re.search(rf"^reminders {path}\b", text, re.M)]
     assert missing == []
     assert "dlq list" in paths  # the walker sees the groups' commands
