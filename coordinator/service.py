@@ -64,7 +64,8 @@ class Coordinator:
             (outbox id, payload) per claimed reminder, in claim order; payload is
             {"reminder_id", "run_time_utc" (ISO 8601 UTC), "version", "user_id"}.
 
-        Side effects: one committed transaction (claim + outbox together, DESIGN §4.2).
+        Side effects: one committed transaction (claim + outbox together; docs/design.md,
+        "Claim and outbox").
         """
         horizon = now + timedelta(seconds=self.lookahead_s)
         with self._engine.begin() as conn:

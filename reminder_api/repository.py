@@ -78,7 +78,8 @@ def cancel(
     """Cancel a live reminder (pending, claimed or paused); bump its version.
 
     An occurrence already claimed but not sent is then recorded `cancelled` by the sender
-    (DESIGN §4.5). Returns the updated reminder, or None when it was not cancellable.
+    (docs/design.md, "A cancel or change wins"). Returns the updated reminder, or None
+    when it was not cancellable.
     """
     stmt = (
         update(Reminder)

@@ -103,7 +103,7 @@ def first_run(
     schedule: Schedule, zone: ZoneInfo, now: datetime, config: ScheduleConfig
 ) -> datetime:
     """next_run_utc at creation or after a schedule change: the first occurrence at or
-    after `now` (DESIGN §3), aware UTC.
+    after `now` (docs/design.md, "next_run_utc"), aware UTC.
 
     Raises:
         InvalidSchedule: one-time in the past or dropped by DST 'skip' ("start_local"); a

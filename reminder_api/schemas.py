@@ -48,7 +48,8 @@ class Strict(BaseModel):
 
 
 class DstPolicy(Strict):
-    """What to do with local times that DST makes disappear or repeat (DESIGN §3)."""
+    """What to do with local times that DST makes disappear or repeat (see docs/design.md,
+    "DST policies")."""
 
     nonexistent: Literal["shift", "skip"] = Field(
         default="shift",

@@ -1,5 +1,5 @@
 """The scheduler's backlog, read from the database and the queue: the maintenance
-workload's gauges and `reminders status` (DESIGN §6)."""
+workload's gauges and `reminders status` (docs/design.md, "Metrics")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Delivery state changes shared by the sender and the maintenance workload: recording a
-terminal state for an occurrence and moving a reminder past it (DESIGN §4)."""
+terminal state for an occurrence and moving a reminder past it (docs/design.md,
+"Delivery guarantees")."""
 
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def decide_advance(
     current: Row[Any] | SimpleNamespace, advance: Advance, config: ScheduleConfig
 ) -> tuple[ReminderStatus, datetime | None, str | None] | None:
     """Where a reminder goes after `advance`: (status, next_run_utc, last_error), or None
-    when a user change (cancel, pause, reschedule) already moved it (DESIGN §4.5).
+    when a user change (cancel, pause, reschedule) already moved it (docs/design.md,
+    "A cancel or change wins").
 
     Args:
         current: the reminder row as locked now (reminders_lock_for_advance columns).
@@ -130,7 +132,8 @@ def advance_reminder(
     one-time reminder, or a rule that ended); `failed` for a one-time reminder whose only
     occurrence was not sent (`sent` False) or a rule that can no longer be computed.
     Nothing changes when a user change (cancel, pause, reschedule) already moved the
-    reminder: a newer version is never overwritten (DESIGN §4.5).
+    reminder: a newer version is never overwritten (docs/design.md,
+    "A cancel or change wins").
 
     Returns:
         The new status, or None when nothing changed.

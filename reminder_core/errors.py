@@ -115,7 +115,8 @@ class TransientDeliveryError(DeliveryError):
         self.retry_after_s = retry_after_s
         #: True when the provider may have accepted the message (e.g. a read timeout after
         #: the request was sent): retry on the same provider with the same idempotency key,
-        #: never fail over, since the backup cannot deduplicate against it (DESIGN §4.7).
+        #: never fail over, since the backup cannot deduplicate against it
+        #: (docs/design.md, "Provider failover").
         self.ambiguous = ambiguous
 
 

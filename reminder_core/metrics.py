@@ -1,4 +1,5 @@
-"""Prometheus metrics of every workload (names of DESIGN §6; the list is in docs/operations.md).
+"""Prometheus metrics of every workload (docs/design.md, "Metrics"; the list is in
+docs/operations.md).
 
 Metrics live in the default registry (`prometheus_client.REGISTRY`) and are served on
 `/metrics`: by the API on its own port, by each worker on METRICS_PORT

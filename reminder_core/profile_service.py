@@ -1,4 +1,5 @@
-"""HTTP client of the user profile service: the production `ProfileSource` (DESIGN §5).
+"""HTTP client of the user profile service: the production `ProfileSource`
+(docs/design.md, "Profile service").
 
 Wire contract (docs/configuration.md, "Profile service"):
 

@@ -160,7 +160,7 @@ class Settings(BaseSettings):
     expansion_max_iterations: int = Field(default=100_000, ge=100)
     expansion_max_seconds: float = Field(default=0.5, gt=0, le=10)
 
-    # --- metrics and alert thresholds (DESIGN §6; docs/operations.md "Metrics") ---
+    # --- metrics and alerts (docs/design.md, "Metrics", "Alerts"; docs/operations.md) ---
     metrics_port: int = Field(
         default=0,
         ge=0,
@@ -206,7 +206,7 @@ class Settings(BaseSettings):
         " occurrences in the last hour than this alert. Unset: shown, never alerts.",
     )
 
-    # --- maintenance (DESIGN §4.4) ---
+    # --- maintenance (docs/design.md, "Every occurrence ends", "Maintenance") ---
     maintenance_poll_interval_s: float = Field(default=10.0, gt=0, le=3600)
     claim_timeout_s: float = Field(
         default=900.0, gt=0, description="A reminder claimed longer than this is re-driven."
@@ -231,7 +231,7 @@ class Settings(BaseSettings):
         " sender's commit). 0: never.",
     )
 
-    # --- retention (DESIGN §6; coordinator/maintenance/retention.py, a maintenance service) ---
+    # --- retention (docs/design.md, "Retention"; coordinator/maintenance/retention.py) ---
     retention_interval_s: float = Field(
         default=600.0,
         gt=0,
@@ -267,7 +267,7 @@ class Settings(BaseSettings):
         default=5000, ge=1, le=1_000_000, description="Rows deleted per DELETE statement."
     )
 
-    # --- retries (DESIGN §4.6) ---
+    # --- retries (docs/design.md, "Retries and the dead-letter queue") ---
     send_attempts: int = Field(
         default=4, ge=1, le=20, description="Provider calls per received message."
     )
@@ -322,7 +322,7 @@ class Settings(BaseSettings):
         default=None, description="Directory whose templates override the built-in ones."
     )
 
-    # --- provider failover (DESIGN §4.7) ---
+    # --- provider failover (docs/design.md, "Provider failover") ---
     email_provider_backup: EmailProviderName | None = Field(
         default=None,
         description="Backup provider (a name EMAIL_PROVIDER accepts, not the same one). "
@@ -343,7 +343,7 @@ class Settings(BaseSettings):
         description="Redis shared by every sender for the breaker state. Unset: per process.",
     )
 
-    # --- inbound webhooks (DESIGN §5; see webhooks/) ---
+    # --- inbound webhooks (docs/design.md, "Webhooks"; see webhooks/) ---
     webhook_sns_topic_arns: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="SNS topic ARNs (comma-separated) whose SES events POST /v1/webhooks/ses"

@@ -1,9 +1,9 @@
-"""The suppression list's state changes (DESIGN §4.8): applying a bounce or complaint to a
-delivery, the list and the user's reminders; finding suppressed addresses for the sender;
-resuming reminders when the profile's address changes or an entry is removed. The rules
-are the pure decisions of `reminder_core.domain.suppression`; this module runs them in
-the caller's transaction (or, where it calls the profile source, in short transactions
-of its own, never holding one open across a profile lookup)."""
+"""The suppression list's state changes (docs/design.md, "Suppression list"): applying a
+bounce or complaint to a delivery, the list and the user's reminders; finding suppressed
+addresses for the sender; resuming reminders when the profile's address changes or an
+entry is removed. The rules are the pure decisions of `reminder_core.domain.suppression`;
+this module runs them in the caller's transaction (or, where it calls the profile source,
+in short transactions of its own, never holding one open across a profile lookup)."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def suppressed_among(conn: Connection, addresses: Iterable[str]) -> dict[str, st
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why the sender does not send to an address (DESIGN §4.8).
+    """Why the sender does not send to an address (docs/design.md, "Suppression list").
 
     Attributes:
         address: the case-folded address on the suppression list.

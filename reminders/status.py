@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 #: Window of the "last hour" figures, seconds.
 WINDOW_S = 3600.0
 
-#: Delivery states counted as failures (DESIGN §2: the terminal states that sent nothing
-#: usable, apart from cancelled and missed).
+#: Delivery states counted as failures (docs/design.md, "Delivery states": the terminal
+#: states that sent nothing usable, apart from cancelled and missed).
 FAILURE_STATES = ("failed", "bounced", "complained", "suppressed")
 
 

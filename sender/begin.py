@@ -75,14 +75,15 @@ class _Batch:
 class Begin:
     """Re-reads the batch's reminders, records what will not be sent, leases the rest.
 
-    Rules (DESIGN §4): a cancel, pause or reschedule wins and is recorded `cancelled`
-    (nothing is recorded for a reminder its user paused while the message was on its way:
-    it is claimed again on resume); a recipient on the suppression list is recorded
-    `suppressed` (one query for the batch; DESIGN §4.8); the misfire policy picks what to
-    send of what is already due and records older occurrences `missed`; each occurrence to
-    send gets its unique delivery row as `sending` under a fresh lease token, or takes over
-    a row whose lease ended. An occurrence already terminal is a DUPLICATE; one under
-    another worker's live lease is BUSY and comes back when that lease ends.
+    Rules (docs/design.md, "Delivery guarantees"): a cancel, pause or reschedule wins and
+    is recorded `cancelled` (nothing is recorded for a reminder its user paused while the
+    message was on its way: it is claimed again on resume); a recipient on the suppression
+    list is recorded `suppressed` (one query for the batch; docs/design.md,
+    "Suppression list"); the misfire policy picks what to send of what is already due and
+    records older occurrences `missed`; each occurrence to send gets its unique delivery
+    row as `sending` under a fresh lease token, or takes over a row whose lease ended. An
+    occurrence already terminal is a DUPLICATE; one under another worker's live lease is
+    BUSY and comes back when that lease ends.
 
     Args:
         engine: database engine.
@@ -234,8 +235,9 @@ class Begin:
     def _apply_misfire(
         self, batch: _Batch, r: Received, reminder: Row[Any], profile: Profile | None
     ) -> None:
-        """Pick what to send of what is already due (misfire policy, DESIGN §3); record
-        the older occurrences `missed`; a reminder with nothing left to send moves on."""
+        """Pick what to send of what is already due (misfire policy, docs/design.md,
+        "Missed runs"); record the older occurrences `missed`; a reminder with nothing
+        left to send moves on."""
         occ, conn, now = r.occurrence, batch.conn, batch.now
         zone = zone_or_none(reminder.timezone, profile)
         plan = self._plan(batch, reminder, r, zone)

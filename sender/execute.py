@@ -45,8 +45,8 @@ class _Attempt:
 class Executor:
     """Sends begun occurrences: renders at send time and calls the provider, retrying
     transient errors in process (tenacity: full-jitter backoff, Retry-After honoured,
-    bounded by the delivery budget; DESIGN §4.6). Never raises for a send: every send
-    ends in one SendResult handed to `on_result`.
+    bounded by the delivery budget; docs/design.md, "Retries and the dead-letter queue").
+    Never raises for a send: every send ends in one SendResult handed to `on_result`.
 
     Args:
         engine: database engine (records the provider an ambiguous attempt reached).
@@ -201,7 +201,7 @@ class Executor:
 
     def _email(self, attempt: _Attempt) -> OutgoingEmail:
         """Render the email from the reminder as read at begin (title and body at send
-        time, DESIGN §4.5).
+        time, docs/design.md, "A cancel or change wins").
 
         Raises:
             PermanentDeliveryError: no profile, no zone, or the template fails.
@@ -303,7 +303,7 @@ class Executor:
     def _pin(self, attempt: _Attempt) -> None:
         """Record on the delivery row the provider that an ambiguous attempt may have
         reached, so a worker taking the row over after a crash sends there, not to a
-        backup that cannot deduplicate the key (DESIGN §4.7)."""
+        backup that cannot deduplicate the key (docs/design.md, "Provider failover")."""
         begun = attempt.begun
         pinned = self._pinned_now(begun)
         if pinned is None or pinned == attempt.pinned:

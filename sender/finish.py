@@ -22,9 +22,9 @@ def finish_batch(
 ) -> list[Decided]:
     """Advance each reminder whose occurrence the completer recorded `sent` or `failed`
     and did not finish itself (recurring ones: next occurrence computed from its current
-    schedule, in the zone in force now; a newer user change is never overwritten, DESIGN
-    §4.5), mark sent replays, and delete
-    the rows of withdrawn sends that no provider call ever touched (else release them).
+    schedule, in the zone in force now; a newer user change is never overwritten,
+    docs/design.md, "A cancel or change wins"), mark sent replays, and delete the rows of
+    withdrawn sends that no provider call ever touched (else release them).
 
     A crash before this commits leaves a reminder `claimed` at an occurrence that is
     already terminal: the claim reaper re-drives it and the next sender moves it on

@@ -1,4 +1,5 @@
-"""Heartbeat: keep what a sender holds its own while it works on it (DESIGN §4.3)."""
+"""Heartbeat: keep what a sender holds its own while it works on it (docs/design.md,
+"Exactly once per occurrence")."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ from sender.work import Decided, Outcome, Received, log
 
 
 class Receiver:
-    """Receives batches, and none while every provider's breaker is open (DESIGN §4.6).
+    """Receives batches, and none while every provider's breaker is open (docs/design.md,
+    "Retries and the dead-letter queue").
 
     Args:
         queue: where occurrences arrive.

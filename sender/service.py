@@ -44,7 +44,7 @@ class Sender:
     provider's answer (complete), so a crash repeats at most the accepted sends of the
     flush under way; at the batch end the reminders move on (finish) and the messages are
     deleted or handed back (settle). The heartbeat extends the messages' visibility and
-    the rows' leases meanwhile (DESIGN §4.3).
+    the rows' leases meanwhile (docs/design.md, "Exactly once per occurrence").
 
     Args:
         engine: database engine.
@@ -56,7 +56,8 @@ class Sender:
         visibility_timeout_s: how long a received message stays hidden.
         lease_s: a `sending` row older than this is taken over by the next receiver.
         schedule_config: recurrence limits and the all-day fire time.
-        retry: in-process retries of transient provider errors (DESIGN §4.6).
+        retry: in-process retries of transient provider errors (docs/design.md,
+            "Retries and the dead-letter queue").
         stop: set on shutdown: sends not started are handed back, retry waits end.
         batch_size: messages per receive.
         concurrency: provider calls in flight at once (threads); 1 sends one by one.

@@ -1,5 +1,5 @@
 """What a provider webhook tells us, once verified and parsed: the provider-neutral event
-that `webhooks.apply` applies (DESIGN §4.8)."""
+that `webhooks.apply` applies (docs/design.md, "Suppression list")."""
 
 from __future__ import annotations
 

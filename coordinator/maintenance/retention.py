@@ -1,4 +1,5 @@
-"""Retention (DESIGN §6): keep the tables from growing forever; never delete live work.
+"""Retention (docs/design.md, "Retention"): keep the tables from growing forever; never
+delete live work.
 
 A maintenance service (`coordinator.maintenance`), run every RETENTION_INTERVAL_S (the
 first run at the workload's start; a run that left rows to delete is followed at once):

@@ -4,9 +4,10 @@ Revision ID: 0001
 Revises:
 Create Date: 2026-12-01 00:21:07.250815
 
-Tables of DESIGN §2 for the walking skeleton: reminders, outbox, delivery_log and the
-PostgreSQL queue's queue_messages; plus reminders_uuidv7(), which makes time-ordered ids
-(RFC 9562 §5.7) on PostgreSQL 15-17, which lack a built-in uuidv7().
+Tables of docs/design.md, "Data model", for the walking skeleton: reminders, outbox,
+delivery_log and the PostgreSQL queue's queue_messages; plus reminders_uuidv7(), which
+makes time-ordered ids (RFC 9562 §5.7) on PostgreSQL 15-17, which lack a built-in
+uuidv7().
 """
 
 from __future__ import annotations

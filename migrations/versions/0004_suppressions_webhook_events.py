@@ -4,12 +4,12 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-01 03:40:00
 
-DESIGN §2 and §4.8 (issue 6): `suppressions` (one row per case-folded address that a
-hard bounce or complaint put off limits), `webhook_events` (each verified provider event
-once, unique per provider and provider event id, with its raw body and what applying it
-did), and on `reminders` why a reminder was paused by a suppression (`paused_reason`,
-`suppressed_address`) and when the maintenance workload last checked whether it may
-resume (`suppression_checked_at`).
+docs/design.md, "Data model" and "Suppression list" (issue 6): `suppressions` (one row per
+case-folded address that a hard bounce or complaint put off limits), `webhook_events`
+(each verified provider event once, unique per provider and provider event id, with its
+raw body and what applying it did), and on `reminders` why a reminder was paused by a
+suppression (`paused_reason`, `suppressed_address`) and when the maintenance workload last
+checked whether it may resume (`suppression_checked_at`).
 """
 
 from __future__ import annotations

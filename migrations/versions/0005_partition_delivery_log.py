@@ -4,10 +4,11 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-01 05:10:00
 
-DESIGN §6 retention (issue 7): `delivery_log` becomes a table partitioned by RANGE on
-`run_time_utc`, one partition per ISO week (Monday 00:00 UTC to the next Monday,
-`delivery_log_pYYYYMMDD` after the Monday), so rows older than the retention period go
-by dropping whole partitions (no DELETE, no bloat, no vacuum of what is gone).
+Retention (docs/design.md, "Retention"; issue 7): `delivery_log` becomes a table
+partitioned by RANGE on `run_time_utc`, one partition per ISO week (Monday 00:00 UTC to
+the next Monday, `delivery_log_pYYYYMMDD` after the Monday), so rows older than the
+retention period go by dropping whole partitions (no DELETE, no bloat, no vacuum of what
+is gone).
 
 - The primary key becomes (id, run_time_utc): a unique constraint on a partitioned table
   must contain the partition key. The unique (reminder_id, run_time_utc) that the sender

@@ -141,7 +141,7 @@ def create_reminder(
     ] = None,
 ) -> ReminderOut:
     """Create a one-time or recurring reminder; one transaction, no provider call
-    (DESIGN §4.1). The response carries `next_run_utc`.
+    (see docs/design.md, "Producer never waits"). The response carries `next_run_utc`.
 
     Idempotent on `client_request_id` or the `Idempotency-Key` header: the same key and
     body return the reminder created first (200); the same key with another body is 409.

@@ -1,4 +1,5 @@
-"""SQLAlchemy 2 declarative schema of DESIGN §2; Alembic migrations are made from it.
+"""SQLAlchemy 2 declarative schema (docs/design.md, "Data model"); Alembic migrations are
+made from it.
 
 Every instant is `timestamptz`; states are text with a CHECK constraint; invariants that
 the data must keep are CHECK constraints too, so a bug cannot store an impossible row.
@@ -60,7 +61,8 @@ class Reminder(Base):
     title: Mapped[str] = mapped_column(Text)
     body: Mapped[str | None] = mapped_column(Text)
     template: Mapped[str] = mapped_column(Text, server_default="reminder")
-    # Local wall-clock date-time, no offset (DESIGN §3): `timestamp without time zone`.
+    # Local wall-clock date-time, no offset (docs/design.md, "Occurrences"): `timestamp
+    # without time zone`.
     start_local: Mapped[datetime] = mapped_column(TIMESTAMP(timezone=False))
     all_day: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     timezone: Mapped[str | None] = mapped_column(Text)  # NULL: follow the profile's zone
@@ -80,10 +82,10 @@ class Reminder(Base):
     client_request_id: Mapped[str | None] = mapped_column(Text)
     request_fingerprint: Mapped[str | None] = mapped_column(Text)
     last_error: Mapped[str | None] = mapped_column(Text)
-    # Paused because the recipient address is on the suppression list (DESIGN §4.8): the
-    # reason shown to the user, and the case-folded address whose removal (or a profile
-    # address change, checked by the maintenance workload) resumes the reminder. NULL for
-    # a pause by the user.
+    # Paused because the recipient address is on the suppression list (docs/design.md,
+    # "Suppression list"): the reason shown to the user, and the case-folded address whose
+    # removal (or a profile address change, checked by the maintenance workload) resumes
+    # the reminder. NULL for a pause by the user.
     paused_reason: Mapped[str | None] = mapped_column(Text)
     suppressed_address: Mapped[str | None] = mapped_column(Text)
     suppression_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -107,7 +109,8 @@ class Reminder(Base):
             name="claim_fields",
         ),
         UniqueConstraint("user_id", "client_request_id"),
-        # The coordinator's claim scans only due pending rows (DESIGN §2).
+        # The coordinator's claim scans only due pending rows (docs/design.md,
+        # "Data model").
         Index(
             "ix_reminders_due",
             "next_run_utc",
@@ -247,8 +250,9 @@ class QueueMessage(Base):
 
 
 class Suppression(Base):
-    """An address that is never mailed again (DESIGN §2, §4.8): a hard bounce or a
-    complaint put it here; `reminders suppressions remove` takes it off."""
+    """An address that is never mailed again (docs/design.md, "Data model",
+    "Suppression list"): a hard bounce or a complaint put it here; `reminders suppressions
+    remove` takes it off."""
 
     __tablename__ = "suppressions"
 

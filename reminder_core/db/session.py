@@ -1,4 +1,4 @@
-"""Engines and sessions: sync SQLAlchemy 2 on psycopg 3 (CONVENTIONS: one stack)."""
+"""Engines and sessions: sync SQLAlchemy 2 on psycopg 3 (docs/design.md, "Stack")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Local wall-clock time → UTC instants, with the DST policies of DESIGN §3.
+"""Local wall-clock time → UTC instants, with the DST policies of docs/design.md,
+"DST policies".
 
 Pure functions, no I/O. A local time is a naive `datetime` meaning "this reading of the
 clock on the wall in `zone`"; an instant is an aware UTC `datetime`.
@@ -90,7 +91,7 @@ def readings(
 ) -> tuple[list[datetime], bool]:
     """The UTC instants a local wall-clock reading stands for, and whether it exists.
 
-    Rules (DESIGN §3):
+    Rules (docs/design.md, "DST policies"):
     - A time in the spring-forward gap does not exist. `shift` reads it with the offset in
       force before the gap (RFC 5545 §3.3.5: 02:30 on 2007-03-11 in America/New_York is
       07:30Z, i.e. 03:30 EDT); `skip` drops it (RFC 5545 §3.3.10: such an instance is
@@ -155,7 +156,8 @@ def idempotency_key(reminder_id: object, run_time_utc: datetime) -> str:
     """Provider idempotency key of one occurrence: "<reminder_id>-<YYYYMMDDTHHMMSSZ>".
 
     The same occurrence always yields the same key, on every attempt and every worker
-    (DESIGN §4.3). It is safe as a file name and an RFC 5322 Message-ID local part.
+    (docs/design.md, "Exactly once per occurrence"). It is safe as a file name and an
+    RFC 5322 Message-ID local part.
     """
     instant = run_time_utc.astimezone(UTC)
     return f"{reminder_id}-{instant:%Y%m%dT%H%M%SZ}"

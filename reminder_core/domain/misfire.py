@@ -1,6 +1,6 @@
 """What to do with occurrences that are already due when the sender gets to them.
 
-Pure code (DESIGN §3, "Missed runs"). The sender lists every due occurrence of a
+Pure code (docs/design.md, "Missed runs"). The sender lists every due occurrence of a
 reminder, oldest first, from the one in hand up to `now`, and this module decides which
 one to send now and which to record as `missed`:
 

@@ -1,6 +1,6 @@
 """Occurrences of a reminder: RRULE expansion in local wall time, then zone conversion.
 
-Pure code; `now`/`after` are inputs. The rules (DESIGN §3, RFC 5545):
+Pure code; `now`/`after` are inputs. The rules (docs/design.md, "Occurrences"; RFC 5545):
 
 1. Occurrences are expanded in local wall-clock time by python-dateutil and only then
    turned into UTC instants with zoneinfo, so 09:00 stays 09:00 across DST changes.

@@ -1,5 +1,6 @@
-"""Retry planning for sends (DESIGN §4.6): exponential backoff with full jitter that
-honours Retry-After, bounded by attempts and by the delivery budget.
+"""Retry planning for sends (docs/design.md, "Retries and the dead-letter queue"):
+exponential backoff with full jitter that honours Retry-After, bounded by attempts and by
+the delivery budget.
 
 Pure code on top of tenacity's strategies; the sender runs it with tenacity.Retrying.
 """

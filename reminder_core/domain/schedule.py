@@ -20,7 +20,8 @@ def first_run_utc(
     nonexistent: Nonexistent = "shift",
     ambiguous: Ambiguous = "first",
 ) -> datetime:
-    """The instant a one-time reminder fires: `start_local` read in `zone` (DESIGN §3).
+    """The instant a one-time reminder fires: `start_local` read in `zone`
+    (docs/design.md, "next_run_utc").
 
     The first instant at or after `now` (to the second) is chosen, so with ambiguous
     `both` a reminder created between the two readings still fires at the second one.

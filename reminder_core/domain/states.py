@@ -1,4 +1,5 @@
-"""Reminder and delivery states (DESIGN §2) and which of them are terminal."""
+"""Reminder and delivery states (docs/design.md, "State machines") and which of them are
+terminal."""
 
 from __future__ import annotations
 

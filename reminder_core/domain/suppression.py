@@ -1,6 +1,6 @@
-"""The suppression list's rules (DESIGN §4.8), as pure decisions: what a bounce or a
-complaint does to a delivery, an address and a reminder, and when a reminder paused by a
-suppression may resume. The statements that carry them out are in
+"""The suppression list's rules (docs/design.md, "Suppression list"), as pure decisions:
+what a bounce or a complaint does to a delivery, an address and a reminder, and when a
+reminder paused by a suppression may resume. The statements that carry them out are in
 `reminder_core.suppression`."""
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ class FeedbackDecision:
 
 
 def decide_feedback(kind: FeedbackKind, *, delivery_found: bool) -> FeedbackDecision:
-    """The effect of a provider event of `kind` (DESIGN §4.8, issue 6).
+    """The effect of a provider event of `kind` (docs/design.md, "Suppression list";
+    issue 6).
 
     A hard bounce (the address does not exist or refuses mail for good) or a complaint
     (marked as spam) suppresses the address; a soft bounce (mailbox full, a temporary
@@ -137,7 +138,7 @@ def decide_resume(
             concerned).
 
     The entry's removal resumes it whatever the profile says; otherwise a profile address
-    that changed to one not suppressed resumes it (DESIGN §4.8).
+    that changed to one not suppressed resumes it (docs/design.md, "Suppression list").
     """
     if suppressed_address not in suppressed:
         return ResumeDecision(ResumeAction.RESUME)

@@ -36,9 +36,9 @@ class SendReceipt:
 class Provider(Protocol):
     """An email provider adapter.
 
-    `send` must be idempotent on `idempotency_key` (reminder_id + run_time_utc, DESIGN
-    §4.3): a second call with the same key delivers nothing new and returns the first
-    receipt, wherever the provider supports it.
+    `send` must be idempotent on `idempotency_key` (reminder_id + run_time_utc,
+    docs/design.md, "Exactly once per occurrence"): a second call with the same key
+    delivers nothing new and returns the first receipt, wherever the provider supports it.
     """
 
     name: str

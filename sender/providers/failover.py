@@ -1,6 +1,6 @@
 """Primary ⇄ backup provider failover, each provider behind a pybreaker circuit breaker.
 
-The rules (DESIGN §4.7, issue 5):
+The rules (docs/design.md, "Provider failover"; issue 5):
 
 - Providers are tried in order (primary first). A provider whose breaker is open is
   skipped until its `reset_timeout_s` has passed; then one call per process goes through

@@ -14,12 +14,14 @@ volume. Timeouts are shortened through the environment so that recovery (visibil
 timeout, delivery lease, claim reaper) takes seconds. The system under test, its checks
 and the kill storm are shared with test_crash_duplicates.py (tests/support/rig.py).
 
-Expected values come from DESIGN §4: at-least-once through the queue, exactly-once effect
-at a provider that honours the key (§4.3), every due occurrence in exactly one terminal
-delivery state and nothing left `claimed` or `sending` (§4.4), a cancel wins over an
-occurrence not yet sent (§4.5), and from DESIGN §6: every workload stops cleanly on
-SIGTERM, within its grace period, losing nothing. The idempotency key is
-`<reminder_id>-<YYYYMMDDTHHMMSSZ>` (README, "How it works").
+Expected values come from docs/design.md, "Delivery guarantees": at-least-once through the
+queue, exactly-once effect at a provider that honours the key
+("Exactly once per occurrence"), every due occurrence in exactly one terminal delivery
+state and nothing left `claimed` or `sending` ("Every occurrence ends"), a cancel wins
+over an occurrence not yet sent ("A cancel or change wins"), and from docs/design.md,
+"Shutdown": every workload stops cleanly on SIGTERM, within its grace period, losing
+nothing. The idempotency key is `<reminder_id>-<YYYYMMDDTHHMMSSZ>` (README,
+"How it works").
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ CHAOS_TARGETS = ("coordinator", "sweeper", "sender-1", "sender-2")
 def test_kill_9_chaos_loses_nothing_and_duplicates_nothing(rig: Rig) -> None:
     """2,000 occurrences through coordinator, sweeper, maintenance and two senders while a
     random one of coordinator, sweeper and the senders is killed with SIGKILL every few
-    hundred milliseconds and restarted (DESIGN §4.3, §4.4)."""
+    hundred milliseconds and restarted (docs/design.md, "Exactly once per occurrence",
+    "Every occurrence ends")."""
     rig.migrate()
     rig.start("coordinator", "sweeper", "maintenance", "sender-1", "sender-2")
     rig.wait_connected("coordinator", "sweeper", "maintenance", "sender")
@@ -260,7 +263,8 @@ def test_cancel_between_claim_and_send_is_not_delivered(rig: Rig) -> None:
     """With LOOKAHEAD_S=5 reminders are claimed (and their messages queued, delayed until
     the due time) seconds before they are due; half of them are cancelled over the REST
     API once they show `claimed`, before they are due: none of those is delivered, each
-    is recorded `cancelled`; the other half is delivered once (DESIGN §4.5)."""
+    is recorded `cancelled`; the other half is delivered once (docs/design.md,
+    "A cancel or change wins")."""
     rig.configure(LOOKAHEAD_S="5")
     rig.migrate()
     rig.start("api", "coordinator", "sweeper", "maintenance", "sender-1", "sender-2")
@@ -403,7 +407,8 @@ ALL = ("coordinator", "sweeper", "sender", "maintenance")
 def test_sigterm_with_work_in_flight_exits_0_and_loses_nothing(rig: Rig, workload: str) -> None:
     """SIGTERM while the workload holds work: it exits 0 within SHUTDOWN_GRACE_S, and the
     occurrences it held are delivered afterwards, each exactly once, by the workloads
-    started again (DESIGN §6: finishes or releases what it holds, loses nothing).
+    started again (docs/design.md, "Shutdown": finishes or releases what it holds, loses
+    nothing).
 
     In flight means: coordinator, claims committed but not yet published; sweeper,
     outbox rows being republished; maintenance, stuck claims being re-driven (each
@@ -523,9 +528,9 @@ def test_slow_provider_burns_no_receives_and_dead_letters_nothing(rig: Rig) -> N
     60 s timeout to a provider timing out for a minute) and MAX_RECEIVE_COUNT=3: one
     sender receives a batch of 10 and works through it while three others poll. Every
     message a sender holds, the one being sent and those waiting behind it in its batch,
-    stays invisible (DESIGN §4.6: the visibility timeout is extended while a message is
-    being worked on), so none is received again, none is dead-lettered, and each
-    occurrence is sent once."""
+    stays invisible (docs/design.md, "Retries and the dead-letter queue": the visibility
+    timeout is extended while a message is being worked on), so none is received again,
+    none is dead-lettered, and each occurrence is sent once."""
     # The batch takes 10 s: a claim timeout shorter than that would re-drive the claims
     # and publish duplicates on purpose (the maintenance workload requires a timeout
     # beyond the longest delivery), which is the next test's subject, not this one's.
@@ -567,10 +572,11 @@ def test_duplicate_dead_lettered_during_a_slow_send_does_not_fail_it(rig: Rig) -
     other sender finds held by a live lease (busy). They wait out the lease rather than
     burn receives, but may still reach the dead-letter queue (MAX_RECEIVE_COUNT=3) while
     the send runs; either way they are duplicates of the message being worked on and the
-    occurrence is delivered once and recorded `sent`, not `failed` (DESIGN §4.3: only the
-    holder of the lease completes the row; §4.4: one terminal state, the true one). The
-    maintenance guard for a dead letter under a live lease is also tested
-    deterministically in tests/integration/test_faults.py."""
+    occurrence is delivered once and recorded `sent`, not `failed` (docs/design.md,
+    "Exactly once per occurrence": only the holder of the lease completes the row;
+    "Every occurrence ends": one terminal state, the true one). The maintenance guard for
+    a dead letter under a live lease is also tested deterministically in
+    tests/integration/test_faults.py."""
     rig.configure(
         MAX_RECEIVE_COUNT="3",
         VISIBILITY_TIMEOUT_S="1",

@@ -390,8 +390,9 @@ def test_kill_9_storm_resends_few_accepted_keys(admin_url: str, tmp_path: Path) 
     email it accepts by an email.sent webhook to the API 0.4 s later, while one of
     coordinator, sweeper and the senders (a sender two times in three) is killed with
     SIGKILL every second or two and restarted, 30 times: every occurrence is delivered and
-    recorded `sent` once (DESIGN §4.3, §4.4), and the provider receives a key it already
-    accepted at most MAX_RESENT_PER_SENDER_KILL times per sender kill, on average over
+    recorded `sent` once (docs/design.md, "Exactly once per occurrence",
+    "Every occurrence ends"), and the provider receives a key it already accepted at most
+    MAX_RESENT_PER_SENDER_KILL times per sender kill, on average over
     CRASH_DUPLICATES_RUNS runs (issue 12)."""
     assert RUNS >= 1, f"CRASH_DUPLICATES_RUNS={RUNS}"
     rng = random.Random()

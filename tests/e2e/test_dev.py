@@ -7,12 +7,13 @@ With DATABASE_URL set (CI), a fresh database is created on that server for this 
 dropped afterwards; unset (a laptop), the process starts its embedded PostgreSQL and the test
 reads the database through the Unix socket that server writes in its postmaster.pid.
 
-Expected values come from the issue and DESIGN: the demo user is `demo <demo@example.com>`;
-the sink writes `<reminder_id>-<YYYYMMDDTHHMMSSZ>.eml` (the idempotency key, DESIGN §4.3)
-with that key in its Message-ID; an email goes out at its due time (the coordinator delays
-queue messages until then), within seconds; a sent one-time reminder is `completed` and its
-delivery row `sent`; a cancel wins over an unsent occurrence (§4.5); every workload stops
-cleanly on SIGTERM (§6) — exit status 0.
+Expected values come from the issue and docs/design.md: the demo user is
+`demo <demo@example.com>`; the sink writes `<reminder_id>-<YYYYMMDDTHHMMSSZ>.eml` (the
+idempotency key, docs/design.md, "Exactly once per occurrence") with that key in its
+Message-ID; an email goes out at its due time (the coordinator delays queue messages until
+then), within seconds; a sent one-time reminder is `completed` and its delivery row
+`sent`; a cancel wins over an unsent occurrence ("A cancel or change wins"); every
+workload stops cleanly on SIGTERM ("Shutdown") — exit status 0.
 """
 
 from __future__ import annotations
@@ -419,8 +420,9 @@ def test_dev_delivers_a_reminder_honours_a_cancel_and_stops_on_sigterm(dev: DevP
 
 
 def test_dev_stops_cleanly_on_sigterm_during_startup(dev: DevProcess) -> None:
-    """SIGTERM while the database is still starting or migrating (DESIGN §6: every workload
-    stops cleanly on SIGTERM): exit status 0, and no embedded PostgreSQL left running."""
+    """SIGTERM while the database is still starting or migrating (docs/design.md,
+    "Shutdown": every workload stops cleanly on SIGTERM): exit status 0, and no embedded
+    PostgreSQL left running."""
     # The first log line comes from opening the database (pgserver, or Alembic's migration).
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not dev.output().strip():

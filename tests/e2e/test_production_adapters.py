@@ -2,8 +2,8 @@
 Amazon SQS as the queue (a local moto server speaking the SQS protocol, provisioned with
 `reminders queue create`) and SMTP as the provider (a local aiosmtpd server). A created
 reminder arrives at the SMTP server once, with the Message-ID derived from its
-idempotency key (RFC 5322 §3.6.4; DESIGN §5: "SMTP (X-Entity-Ref-ID / Message-ID from
-the idempotency key)").
+idempotency key (RFC 5322 §3.6.4; docs/design.md, "Providers": `smtp`, `X-Entity-Ref-ID`
+and a Message-ID from the key).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ A recurring reminder due every 3 seconds (FREQ=SECONDLY;INTERVAL=3, allowed by l
 MIN_RECURRENCE_SPACING_S for the test) produces successive emails with successive
 run_time_utc; then the coordinator is stopped (SIGTERM, which must exit 0) for several
 occurrences, and when it comes back the default misfire policy `latest` sends one
-catch-up email and records each older occurrence as `missed` (DESIGN §3).
+catch-up email and records each older occurrence as `missed` (docs/design.md,
+"Missed runs").
 """
 
 from __future__ import annotations

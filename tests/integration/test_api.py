@@ -1,6 +1,7 @@
-"""The REST API of reminder_api against the real database (issue 2, DESIGN §2-§5).
+"""The REST API of reminder_api against the real database (issue 2; docs/design.md,
+"Data model" to "Interfaces").
 
-Every expected value comes from a source named next to it: the issue text, DESIGN.md,
+Every expected value comes from a source named next to it: the issue text, docs/design.md,
 RFC 9457 (problem details), RFC 6750 (bearer tokens), RFC 7519 (JWT), RFC 5545 §3.3.5
 (local times across DST changes) and the published UTC offsets of the IANA zones used:
 
@@ -134,7 +135,8 @@ def test_create_with_explicit_zone(client: TestClient, db: Engine, token_for: To
     assert stored.next_run_utc == utc(2030, 7, 1, 13, 0)
     assert stored.status == "pending"
     assert stored.version == 1
-    # One transaction writes the reminder only (DESIGN §4.1): no outbox row, no delivery.
+    # One transaction writes the reminder only (docs/design.md, "Producer never waits"):
+    # no outbox row, no delivery.
     assert table_counts(db) == {"delivery_log": 0, "outbox": 0, "queue_messages": 0, "reminders": 1}
 
 
@@ -163,7 +165,8 @@ def test_profile_zone_used_when_timezone_omitted(
 
     assert resp.status_code == 201, resp.text
     out = resp.json()
-    assert out["timezone"] is None  # DESIGN §2: NULL = follow the profile timezone
+    # docs/design.md, "Data model": NULL = follow the profile's zone.
+    assert out["timezone"] is None
     assert instant(out["next_run_utc"]) == utc(2030, 1, 15, 14, 0)
     stored = row(db, out["id"])
     assert stored.timezone is None
@@ -255,8 +258,8 @@ def test_start_local_to_the_minute_or_second(
 def test_start_local_exactly_now_is_accepted(
     client: TestClient, db: Engine, token_for: TokenFor
 ) -> None:
-    # DESIGN §3: at creation, next_run_utc is the first occurrence *at or after* now.
-    # NOW = 12:00Z = 08:00 EDT in New York.
+    # docs/design.md, "next_run_utc": at creation, next_run_utc is the first occurrence
+    # *at or after* now. NOW = 12:00Z = 08:00 EDT in New York.
     resp = client.post(URL, json=new_york("2029-06-01T08:00"), headers=bearer(token_for("alice")))
 
     assert resp.status_code == 201, resp.text
@@ -269,7 +272,8 @@ def test_dst_gap_is_shifted_not_refused(
 ) -> None:
     # 2030-03-10 is the second Sunday of March: New York clocks jump 02:00 EST -> 03:00 EDT,
     # so 02:30 does not exist. RFC 5545 §3.3.5: such a time "is interpreted using the UTC
-    # offset before the gap" (EST, UTC-5): 02:30 + 5h = 07:30Z (DESIGN §3 default `shift`).
+    # offset before the gap" (EST, UTC-5): 02:30 + 5h = 07:30Z (docs/design.md, "DST
+    # policies": default `shift`).
     resp = client.post(URL, json=new_york("2030-03-10T02:30"), headers=bearer(token_for("alice")))
 
     assert resp.status_code == 201, resp.text
@@ -280,7 +284,7 @@ def test_dst_gap_is_shifted_not_refused(
 def test_dst_overlap_takes_the_first_occurrence(client: TestClient, token_for: TokenFor) -> None:
     # 2030-11-03 is the first Sunday of November: 01:30 occurs twice in New York, first in
     # EDT (UTC-4) then in EST (UTC-5). RFC 5545 §3.3.5: the value "refers to the first
-    # occurrence" (DESIGN §3 default `first`): 01:30 + 4h = 05:30Z.
+    # occurrence" (docs/design.md, "DST policies": default `first`): 01:30 + 4h = 05:30Z.
     resp = client.post(URL, json=new_york("2030-11-03T01:30"), headers=bearer(token_for("alice")))
 
     assert resp.status_code == 201, resp.text
@@ -288,7 +292,7 @@ def test_dst_overlap_takes_the_first_occurrence(client: TestClient, token_for: T
 
 
 # --------------------------------------------------------------------------------------
-# 2. Idempotency (DESIGN §5)
+# 2. Idempotency (docs/design.md, "REST API")
 # --------------------------------------------------------------------------------------
 
 
@@ -446,7 +450,8 @@ def test_get_own_reminder(client: TestClient, token_for: TokenFor) -> None:
 
 
 def test_another_users_reminder_is_404_not_403(client: TestClient, token_for: TokenFor) -> None:
-    # DESIGN §5: "A user sees only their own reminders: another user's id answers 404."
+    # docs/design.md, "REST API": a user sees only their own reminders; another user's id
+    # answers 404.
     created = client.post(URL, json=new_york(), headers=bearer(token_for("alice"))).json()
 
     resp = client.get(f"{URL}/{created['id']}", headers=bearer(token_for("bob")))
@@ -638,8 +643,8 @@ def test_delete_cancels(client: TestClient, clock: Clock, db: Engine, token_for:
     assert resp.status_code == 200, resp.text
     out = resp.json()
     assert out["status"] == "cancelled"
-    assert out["next_run_utc"] is None  # DESIGN §2: NULL once finished
-    assert out["version"] == 2  # DESIGN §2: bumped on every user change
+    assert out["next_run_utc"] is None  # docs/design.md, "Data model": NULL once finished
+    assert out["version"] == 2  # docs/design.md, "Data model": bumped by every user change
     assert resp.headers["etag"] == '"2"'
     assert instant(out["updated_at"]) == clock.now
     stored = row(db, rid)
@@ -1133,7 +1138,7 @@ def test_docs_and_openapi_are_served(client: TestClient) -> None:
     assert docs.headers["content-type"].startswith("text/html")
     assert spec.status_code == 200
     paths = spec.json()["paths"]
-    # DESIGN §5 / issue 2: the routes of this issue are documented.
+    # docs/design.md, "REST API" / issue 2: the routes of this issue are documented.
     assert {"post", "get"} <= set(paths["/v1/reminders"])
     assert {"get", "delete"} <= set(paths["/v1/reminders/{reminder_id}"])
 

@@ -1,7 +1,8 @@
-"""GET /v1/reminders/{id}/deliveries (DESIGN §5, issue 6): each occurrence's state,
-bounces included, newest first with a cursor; another user's reminder is 404 (DESIGN §5,
-"a user sees only their own reminders"). And what the API shows of a reminder paused by a
-suppression (DESIGN §4.8: status `paused`, reason given)."""
+"""GET /v1/reminders/{id}/deliveries (docs/design.md, "REST API"; issue 6): each
+occurrence's state, bounces included, newest first with a cursor; another user's reminder
+is 404 (docs/design.md, "REST API": a user sees only their own reminders). And what the
+API shows of a reminder paused by a suppression (docs/design.md, "Suppression list":
+status `paused`, reason given)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The recurring-reminder API of issue 3 against the real database (DESIGN §3, §5).
+"""The recurring-reminder API of issue 3 against the real database (docs/design.md,
+"Recurrence and time", "REST API").
 
 Every expected instant is derived by hand, next to the test, from the zone rules below,
 RFC 5545 (§3.3.5 local times across DST changes, §3.3.10 RRULE, §3.8.5 EXDATE) and the
@@ -16,9 +17,10 @@ issue text; weekdays come from the Gregorian calendar. Zone rules (IANA tz datab
   starts at 02:00 on the first Sunday of October (2030-10-06: 02:00 -> 02:30, so
   02:00-02:29 does not exist) ("R LH 2008 ma - O Su>=1 2 0:30").
 
-DST policies (DESIGN §3): `shift` reads a time in the gap with the offset in force before
-the gap (RFC 5545 §3.3.5); `skip` drops it and does not count it (RFC 5545 §3.3.10);
-`first` / `last` / `both` pick the readings of a time that occurs twice.
+DST policies (docs/design.md, "DST policies"): `shift` reads a time in the gap with the
+offset in force before the gap (RFC 5545 §3.3.5); `skip` drops it and does not count it
+(RFC 5545 §3.3.10); `first` / `last` / `both` pick the readings of a time that occurs
+twice.
 
 The app runs on a fixed clock: NOW = 2029-06-01 12:00Z, a Friday; that is 08:00 EDT in
 New York, 14:00 CEST in Paris and 21:00 JST in Tokyo. Weekdays used: 2029-05-01 Tuesday,
@@ -132,7 +134,8 @@ def row(db: Engine, reminder_id: str | uuid.UUID) -> Any:
 
 
 def set_claimed(db: Engine, reminder_id: str) -> None:
-    """Put a reminder in `claimed`, as the coordinator does (DESIGN §2)."""
+    """Put a reminder in `claimed`, as the coordinator does (docs/design.md,
+    "Reminder states")."""
     with db.begin() as conn:
         conn.execute(
             text(
@@ -188,7 +191,8 @@ def test_rrule_with_or_without_prefix(
     [
         # Today's 07:00 EDT (11:00Z) is before NOW: the next one is 2029-06-02 07:00 EDT.
         ("2029-05-01T07:00", "FREQ=DAILY", utc(2029, 6, 2, 11, 0)),
-        # DESIGN §3 "at creation: the first one at or after now": 08:00 EDT = NOW exactly.
+        # docs/design.md, "next_run_utc": at creation, the first occurrence at or after
+        # now: 08:00 EDT = NOW exactly.
         ("2029-05-01T08:00", "FREQ=DAILY", NOW),
         # Friday NOW -> next Monday 2029-06-04 08:30 EDT = 12:30Z.
         ("2029-05-01T08:30", "FREQ=WEEKLY;BYDAY=MO,WE", utc(2029, 6, 4, 12, 30)),
@@ -296,7 +300,8 @@ def test_full_echo_of_a_recurring_reminder(
 
 
 def test_policies_default_to_design_values(client: TestClient, alice: dict[str, str]) -> None:
-    # DESIGN §3: dst defaults shift / first; misfire defaults latest with a 1-hour cap.
+    # docs/design.md, "DST policies", "Missed runs": dst defaults shift / first; misfire
+    # defaults latest with a 1-hour cap.
     out = create(client, alice, recurring())
 
     assert out["dst"] == {"nonexistent": "shift", "ambiguous": "first"}
@@ -414,7 +419,7 @@ def test_one_time_all_day_today_after_its_time_is_past(
     db: Engine, settings: Settings, clock: Clock, alice: dict[str, str]
 ) -> None:
     # With the all-day time at 07:30, today's all-day reminder fired at 11:30Z, before NOW:
-    # a one-time reminder in the past is refused (DESIGN §3).
+    # a one-time reminder in the past is refused (docs/design.md, "next_run_utc").
     with app_with(db, settings, clock, all_day_local_time=time(7, 30)) as c:
         resp = c.post(
             URL,
@@ -457,7 +462,8 @@ def test_zone_fixed_or_from_the_profile(
 
     out = create(client, bearer(token_for(user)), body)
 
-    assert out["timezone"] == timezone  # null = follow the profile (DESIGN §2)
+    # null = follow the profile (docs/design.md, "Data model")
+    assert out["timezone"] == timezone
     assert instant(out["next_run_utc"]) == expected
     assert row(db, out["id"]).timezone == timezone
 
@@ -597,10 +603,11 @@ BAD_RECURRING: list[tuple[str, Any, str | tuple[str, ...]]] = [
     ("count-0", {**REC, "rrule": "FREQ=DAILY;COUNT=0"}, "rrule"),
     # RFC 5545 §3.3.10: COUNT and UNTIL MUST NOT occur in the same rule.
     ("count-and-until", {**REC, "rrule": "FREQ=DAILY;COUNT=3;UNTIL=20301231T000000Z"}, "rrule"),
-    # DESIGN §3: DTSTART inside the RRULE.
+    # docs/design.md, "Bounds": DTSTART inside the RRULE.
     ("dtstart-part", {**REC, "rrule": "FREQ=DAILY;DTSTART=20300701T090000"}, "rrule"),
     ("dtstart-line", {**REC, "rrule": "DTSTART:20300701T090000\nRRULE:FREQ=DAILY"}, "rrule"),
-    # DESIGN §3: FREQ=SECONDLY or MINUTELY refused at the default minimum spacing (1 h).
+    # docs/design.md, "Bounds": FREQ=SECONDLY or MINUTELY refused at the default minimum
+    # spacing (1 h).
     ("freq-minutely", {**REC, "rrule": "FREQ=MINUTELY"}, "rrule"),
     ("freq-minutely-interval-59", {**REC, "rrule": "FREQ=MINUTELY;INTERVAL=59"}, "rrule"),
     ("freq-secondly", {**REC, "rrule": "FREQ=SECONDLY"}, "rrule"),
@@ -615,10 +622,11 @@ BAD_RECURRING: list[tuple[str, Any, str | tuple[str, ...]]] = [
     ("february-30", {**REC, "rrule": "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30"}, "rrule"),
     ("april-31-monthly", {**REC, "rrule": "FREQ=MONTHLY;BYMONTH=4;BYMONTHDAY=31"}, "rrule"),
     # Day 366 is December 31 of a leap year, never in January: no occurrence ever, found
-    # by a bounded search (DESIGN §3), not a static check.
+    # by a bounded search (docs/design.md, "Bounds"), not a static check.
     ("yearday-366-in-january", {**REC, "rrule": "FREQ=YEARLY;BYYEARDAY=366;BYMONTH=1"}, "rrule"),
-    # No occurrence in the future (DESIGN §3). From 2029-05-01 09:00 EDT daily: COUNT=31
-    # ends on 2029-05-31; UNTIL 2029-06-01 12:59:59Z ends before 06-01 09:00 EDT (13:00Z).
+    # No occurrence in the future (docs/design.md, "Bounds"). From 2029-05-01 09:00 EDT
+    # daily: COUNT=31 ends on 2029-05-31; UNTIL 2029-06-01 12:59:59Z ends before 06-01
+    # 09:00 EDT (13:00Z).
     ("count-in-the-past", recurring(rrule="FREQ=DAILY;COUNT=31"), "rrule"),
     ("until-in-the-past", recurring(rrule="FREQ=DAILY;UNTIL=20290601T125959Z"), "rrule"),
     # An exclusion set removing every occurrence (COUNT=2: 07-01 and 07-02, both excluded).
@@ -768,7 +776,7 @@ def test_non_ascii_digits_in_interval_or_count_are_422(
 def test_rrule_over_1_kib_is_422(
     client: TestClient, db: Engine, alice: dict[str, str], rule: str
 ) -> None:
-    # DESIGN §3: "RRULE text over 1 KiB" is refused, and the message says so.
+    # docs/design.md, "Bounds": an RRULE over 1 KiB is refused, and the message says so.
     resp = client.post(URL, json={**REC, "rrule": rule}, headers=alice)
 
     problem = assert_problem(resp, 422, "rrule")

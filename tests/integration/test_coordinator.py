@@ -1,4 +1,5 @@
-"""Coordinator: claim due reminders and write their outbox rows together (DESIGN §4.2)."""
+"""Coordinator: claim due reminders and write their outbox rows together (docs/design.md,
+"Claim and outbox")."""
 
 from __future__ import annotations
 

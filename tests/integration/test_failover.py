@@ -1,12 +1,14 @@
-"""Provider failover behind circuit breakers (issue 5, DESIGN §4.7), over HTTP against two
-real local fakes of the Resend API (tests/support/fake_provider.py), one per provider.
+"""Provider failover behind circuit breakers (issue 5; docs/design.md,
+"Provider failover"), over HTTP against two real local fakes of the Resend API
+(tests/support/fake_provider.py), one per provider.
 
-Expected behaviour comes from DESIGN §4.7 and issue 5: fail over only on an error that
-proves the primary did not take the message (connection refused, 5xx/429 answer, breaker
-open); an ambiguous timeout is retried on the same provider with the same idempotency
-key; a permanent error neither fails over nor counts against the breaker; pybreaker's
-breaker opens after `fail_max` consecutive failures and lets a half-open probe through
-after `reset_timeout` (pybreaker README: "fail_max", "reset_timeout").
+Expected behaviour comes from docs/design.md, "Provider failover", and issue 5: fail over
+only on an error that proves the primary did not take the message (connection refused,
+5xx/429 answer, breaker open); an ambiguous timeout is retried on the same provider with
+the same idempotency key; a permanent error neither fails over nor counts against the
+breaker; pybreaker's breaker opens after `fail_max` consecutive failures and lets a
+half-open probe through after `reset_timeout` (pybreaker README: "fail_max",
+"reset_timeout").
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 talking HTTP to a real local fake provider (tests/support/fake_provider.py) that
 deduplicates on the Idempotency-Key as Resend documents.
 
-Expected behaviour is DESIGN §4: transient errors (timeouts, connection errors, 429, 5xx)
-retry with backoff honouring Retry-After; permanent ones (400) fail at once; after the
-maximum receive count a message is dead-lettered, its occurrence recorded `failed` and a
-recurring reminder advanced; nothing stays `claimed` or `sending` forever.
+Expected behaviour is docs/design.md, "Delivery guarantees": transient errors (timeouts,
+connection errors, 429, 5xx) retry with backoff honouring Retry-After; permanent ones
+(400) fail at once; after the maximum receive count a message is dead-lettered, its
+occurrence recorded `failed` and a recurring reminder advanced; nothing stays `claimed` or
+`sending` forever.
 """
 
 from __future__ import annotations
@@ -437,5 +438,6 @@ def test_a_failing_step_fails_the_tick_after_every_other_step_ran(db, settings) 
     assert [name for name, _ in failed.value.failures] == ["dead_letters"]
     assert failed.value.counts == {"reclaimed": 1}
     # The backlog gauges were refreshed after the failed step: the oldest due pending
-    # reminder is the stuck one, re-driven to `pending` at now - 1 h (DESIGN §6 lag).
+    # reminder is the stuck one, re-driven to `pending` at now - 1 h (docs/design.md,
+    # "Metrics": next_run_lag).
     assert NEXT_RUN_LAG._value.get() == 3600.0

@@ -5,7 +5,7 @@ Expected values from Resend's API reference: `POST /emails` with `Authorization:
 <key>`, JSON {from, to, subject, text, html}, answer 200 {"id"}; the `Idempotency-Key`
 header makes a retry with the same key return the first id without sending again; 429
 carries `Retry-After` (RFC 9110 §10.2.3, delay-seconds). Transient/permanent/ambiguous
-from DESIGN §4.6-4.7.
+from docs/design.md, "Retries and the dead-letter queue" and "Provider failover".
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ def test_read_timeout_is_ambiguous(fake) -> None:
     with pytest.raises(TransientDeliveryError) as info:
         resend(fake.url, read_timeout_s=0.2).send(EMAIL, idempotency_key=KEY)
     assert info.value.ambiguous is True
-    # The server did take it, late: the retry must carry the same key (DESIGN §4.7).
+    # The server did take it, late: the retry must carry the same key (docs/design.md,
+    # "Provider failover").
     deadline = time.monotonic() + 2
     while not fake.state.accepted and time.monotonic() < deadline:
         time.sleep(0.05)

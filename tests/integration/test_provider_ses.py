@@ -8,8 +8,9 @@ local HTTP server answering as the AWS REST-JSON protocol does: the status code,
 error code in the `x-amzn-ErrorType` header and {"message": ...} in the body.
 
 Expected values are from the SES API v2 reference (SendEmail: `POST
-/v2/email/outbound-emails`, request members, errors and their HTTP statuses) and DESIGN
-§4.6-4.7 (transient vs permanent; ambiguous only when the request may have been taken).
+/v2/email/outbound-emails`, request members, errors and their HTTP statuses) and
+docs/design.md, "Retries and the dead-letter queue" and "Provider failover" (transient vs
+permanent; ambiguous only when the request may have been taken).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ Expected values come from the RFCs: the transaction and reply classes of RFC 532
 §4.2.1: 4yz transient, 5yz permanent; §4.5.2 dot-stuffing; §4.1.1.4 the end of data is
 when the server takes the message), STARTTLS in RFC 3207, AUTH in RFC 4954 (535:
 credentials invalid), RFC 5322 §3.6.4 (msg-id) and RFC 2046 §5.1.4 (multipart/alternative,
-preferred part last); the transient/permanent/ambiguous split from DESIGN §4.6-4.7.
+preferred part last); the transient/permanent/ambiguous split from docs/design.md,
+"Retries and the dead-letter queue" and "Provider failover".
 """
 
 from __future__ import annotations

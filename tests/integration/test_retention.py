@@ -1,7 +1,7 @@
-"""Retention (DESIGN §6, issue 7): delivery_log partitioned weekly by run_time_utc,
-partitions made ahead and dropped once expired, expired rows of the other tables deleted
-in chunks; pending and in-flight work never deleted. And migration 0005, which turns the
-plain delivery_log of 0004 into the partitioned one without losing a row.
+"""Retention (docs/design.md, "Retention"; issue 7): delivery_log partitioned weekly by
+run_time_utc, partitions made ahead and dropped once expired, expired rows of the other
+tables deleted in chunks; pending and in-flight work never deleted. And migration 0005,
+which turns the plain delivery_log of 0004 into the partitioned one without losing a row.
 
 Expected values come from the rules as the issue states them: a partition goes only when
 its whole week is older than the retention period and it holds no `sending` row; weeks

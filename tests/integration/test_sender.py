@@ -1,6 +1,7 @@
 """Sender: one delivery row per occurrence, sent once; cancel wins; leases; failures.
 
-Rules under test are DESIGN §4.3-4.6 and issue #2's sender paragraph.
+Rules under test are docs/design.md, "Exactly once per occurrence" through
+"Retries and the dead-letter queue", and issue #2's sender paragraph.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""Sender-level failover (issue 5, DESIGN §4.6-4.7): the real Sender, Coordinator,
-PostgresQueue and Maintenance over a FailoverProvider whose primary and backup are two real
-local fakes of the Resend API (tests/support/fake_provider.py), scaled in time (breakers
-reset after 1 s, outages of a few seconds).
+"""Sender-level failover (issue 5; docs/design.md, "Retries and the dead-letter queue",
+"Provider failover"): the real Sender, Coordinator, PostgresQueue and Maintenance over a
+FailoverProvider whose primary and backup are two real local fakes of the Resend API
+(tests/support/fake_provider.py), scaled in time (breakers reset after 1 s, outages of a
+few seconds).
 
-Expected behaviour, from issue 5 and DESIGN §4.6-4.7:
+Expected behaviour, from issue 5 and docs/design.md, "Retries and the dead-letter queue"
+and "Provider failover":
 - an open or failing primary sends traffic to the backup; its breaker opens after
   `fail_max` consecutive failures (pybreaker README, "fail_max") and lets one half-open
   probe through per `reset_timeout` (pybreaker README, "reset_timeout"); a successful probe
@@ -44,7 +46,7 @@ from tests.support.maintenance import make_maintainer
 
 FAIL_MAX = 3
 RESET_S = 1.0
-MAX_RECEIVE_COUNT = 5  # DESIGN §4.6 default
+MAX_RECEIVE_COUNT = 5  # docs/design.md, "Retries and the dead-letter queue": the default
 QUICK = RetryPolicy(attempts=2, base_s=0.02, max_wait_s=0.5, budget_s=60)
 
 

@@ -1,5 +1,5 @@
 """Bounces and complaints applied exactly once; the suppression list; paused reminders that
-the sender refuses and that resume (DESIGN §4.8, issue 6).
+the sender refuses and that resume (docs/design.md, "Suppression list"; issue 6).
 
 Expected states are the issue's: a hard bounce or complaint makes the delivery `bounced` /
 `complained`, suppresses the address and pauses that user's reminders to it; a soft

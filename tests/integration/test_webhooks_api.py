@@ -1,5 +1,5 @@
 """POST /v1/webhooks/{ses,resend,postmark} through the API against the real database
-(issue 6, DESIGN §4.8 and §5).
+(issue 6; docs/design.md, "Suppression list" and "Webhooks").
 
 Every request is signed in the test with throwaway keys: an SNS notification with a test
 RSA key and self-signed certificate, served over TLS by a local stand-in for

@@ -132,7 +132,8 @@ def test_the_documented_payloads_apply_through_the_whole_path(db: Engine) -> Non
             for event in parse(json.dumps(document).encode()):
                 outcomes.append(apply_event(conn, event, raw_body=b"{}", now=NOW).outcome.value)
             tx.rollback()
-    # A hard bounce or a complaint about a known delivery suppresses (DESIGN §4.8).
+    # A hard bounce or a complaint about a known delivery suppresses (docs/design.md,
+    # "Suppression list").
     assert outcomes == ["suppressed"] * len(CASES)
 
 

@@ -383,8 +383,9 @@ def whole_second(seconds_from_now: float) -> datetime:
 
 
 def key_of(reminder_id: str, run_time_utc: datetime) -> str:
-    """The provider idempotency key of an occurrence, as README and DESIGN §4.3 give it:
-    `<reminder_id>-<run_time_utc>` with the instant as YYYYMMDDTHHMMSSZ."""
+    """The provider idempotency key of an occurrence, as README and docs/design.md,
+    "Exactly once per occurrence", give it: `<reminder_id>-<run_time_utc>` with the
+    instant as YYYYMMDDTHHMMSSZ."""
     return f"{reminder_id}-{run_time_utc.astimezone(UTC):%Y%m%dT%H%M%SZ}"
 
 

@@ -47,7 +47,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 # The Kubernetes version the manifests target; kubernetes-validate bundles its schemas.
 KUBERNETES_VERSION = "1.32.0"
-# The workloads of issue 7 / CONVENTIONS.md ("One CLI"), one Deployment each.
+# The workloads of issue 7 / docs/design.md, "CLI", one Deployment each.
 WORKLOADS = {"api", "coordinator", "sweeper", "sender", "maintenance"}
 # Seconds a pod gets beyond its shutdown grace (interpreter exit, closing pools).
 SHUTDOWN_MARGIN_S = 5

@@ -1,4 +1,4 @@
-"""Local wall-clock time → UTC, with the DST policies of DESIGN §3.
+"""Local wall-clock time → UTC, with the DST policies of docs/design.md, "DST policies".
 
 Expected instants come from RFC 5545 §3.3.5's worked examples:
 - "TZID=America/New_York:20071104T013000 indicates November 4, 2007 at 1:30 A.M. EDT

@@ -1,9 +1,10 @@
-"""Misfire policies (DESIGN §3, "Missed runs"): which due occurrence is sent, which missed.
+"""Misfire policies (docs/design.md, "Missed runs"): which due occurrence is sent, which
+missed.
 
-Expected plans follow the policy definitions in DESIGN §3 word for word:
-latest — "sends one email, for its latest due occurrence, and records each older one as
-missed"; skip — "anything later than the cap is recorded as missed and not sent";
-all — "every occurrence is sent, oldest first".
+Expected plans follow the policy definitions of docs/design.md, "Missed runs", word for
+word: latest — "send the latest due occurrence; every older one is recorded `missed`";
+skip — "every occurrence more than `max_lateness_s` late is recorded `missed`; the oldest
+within the cap is sent"; all — "send the oldest; the others follow one by one".
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Expected instants are worked out by hand from each zone's rules (IANA tz database; the
 transition and offsets are stated above each scenario) and from the policies of
-DESIGN §3 with their sources:
+docs/design.md, "DST policies", with their sources:
 - RFC 5545 §3.3.5: a local time in a spring-forward gap is read with the offset in force
   before the gap ("TZID=America/New_York:20070311T023000 indicates March 11, 2007 at
   3:30 A.M. EDT (UTC-04:00), one hour after 1:30 A.M. EST (UTC-05:00)"); a time that
@@ -11,7 +11,8 @@ DESIGN §3 with their sources:
 - RFC 5545 §3.3.10: "Recurrence rules may generate recurrence instances with an invalid
   date (e.g., February 30) or nonexistent local time ... Such recurrence instances MUST be
   ignored and MUST NOT be counted as part of the recurrence set." That is `skip`.
-- `last` and `both` are our own extensions (DESIGN §3): the second reading, or both.
+- `last` and `both` are our own extensions (docs/design.md, "DST policies"): the second
+  reading, or both.
 - recurrence.py rule 2: two readings that land on one instant fire once.
 
 UTC = local - offset: e.g. 02:30 EST (UTC-05:00) = 07:30Z.
@@ -511,8 +512,8 @@ def test_apia_two_readings_on_one_instant_fire_once(ambiguous: str) -> None:
     ],
 )
 def test_preview_flags_shifted_and_skipped(nonexistent: str, expected: list[Occurrence]) -> None:
-    # DESIGN §3: "The occurrence preview marks which occurrences DST moved (`shifted`) or
-    # skipped."
+    # docs/design.md, "DST policies": the occurrence preview marks each item `shifted` or
+    # `skipped`.
     schedule = compile_schedule(
         loc(2026, 3, 6, 2, 30),
         rrule="FREQ=DAILY",

@@ -1,6 +1,6 @@
 """Property tests of the recurrence engine over random rules, zones, starts and policies.
 
-Invariants (DESIGN §3, recurrence.py rules 1-2):
+Invariants (docs/design.md, "Occurrences"; recurrence.py rules 1-2):
 - occurrences are strictly increasing in UTC (so no instant fires twice);
 - a non-shifted occurrence shows its `local` on the zone's clocks, at the rule's time of
   day, and `shifted` is set exactly when that local time does not exist (checked by an

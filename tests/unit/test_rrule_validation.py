@@ -1,10 +1,10 @@
 """Every refusal of a schedule, and bounded cost for rules that (almost) never match.
 
-Sources: RFC 5545 §3.3.10 (the RECUR grammar and its MUST/MUST NOT rules), DESIGN §3
-("Bounds (each a clear 422, nothing stored): unknown zone, unparsable RRULE, DTSTART
-inside the RRULE, FREQ=SECONDLY or MINUTELY (minimum spacing configurable), an RRULE with
-no occurrence in the future, RRULE text over 1 KiB. Expansion is bounded in time and
-iterations, so no input can make the API spin") and issue 3 ("INTERVAL=0 (python-dateutil
+Sources: RFC 5545 §3.3.10 (the RECUR grammar and its MUST/MUST NOT rules), docs/design.md,
+"Bounds" (each a 422 naming the field, nothing stored: an unknown zone; an RRULE that is
+unparsable, contains DTSTART or is over 1 KiB; FREQ=SECONDLY and MINUTELY under the
+default minimum spacing; a rule with no occurrence left; expansion bounded in candidates
+and time, so no input can make the API spin) and issue 3 ("INTERVAL=0 (python-dateutil
 loops forever on it)", "UNTIL in a form RFC 5545 forbids for a zoned start", "too many
 exdates"). Each refusal must name the field and, in its reason, the problem.
 """
@@ -127,8 +127,8 @@ def test_refusal_names_the_field_and_the_problem(
 
 
 def test_text_over_1024_bytes_is_refused() -> None:
-    # DESIGN §3: "RRULE text over 1 KiB". Padding with valid-looking content so that
-    # only the length is at fault.
+    # docs/design.md, "Bounds": an RRULE over 1 KiB is refused. Padding with valid-looking
+    # content so that only the length is at fault.
     text = "FREQ=MONTHLY;BYMONTHDAY=" + ",".join(["1"] * 600)
     assert len(text.encode()) > 1024
     with pytest.raises(InvalidSchedule) as caught:
@@ -170,7 +170,8 @@ def test_default_exdate_limit_is_100() -> None:
     [("FREQ=SECONDLY", 1), ("FREQ=MINUTELY", 60), ("FREQ=MINUTELY;INTERVAL=15", 900)],
 )
 def test_sub_hourly_rules_accepted_when_minimum_spacing_allows(text: str, spacing: int) -> None:
-    # DESIGN §3: "FREQ=SECONDLY or MINUTELY (minimum spacing configurable)".
+    # docs/design.md, "Bounds": FREQ=SECONDLY and MINUTELY pass a configured minimum
+    # spacing.
     limits = Limits(min_spacing_s=1)
     schedule = compile_schedule(START, rrule=text, limits=limits)
     first = list(islice(iter_occurrences(schedule, ZoneInfo("UTC"), limits=limits), 3))
@@ -234,9 +235,9 @@ def test_february_29_is_accepted() -> None:
 def test_yearly_bymonth_large_ordinal_is_refused_not_crash() -> None:
     # RFC 5545 §3.3.10: "The numeric value in a BYDAY rule part with the FREQ rule part set
     # to YEARLY corresponds to an offset within the month when the BYMONTH rule part is
-    # present". March has no 47th Monday, so the rule has no occurrence: DESIGN §3 wants
-    # a clear refusal ("an RRULE with no occurrence"), never an unhandled error (which the
-    # API would answer with a 500).
+    # present". March has no 47th Monday, so the rule has no occurrence: docs/design.md,
+    # "Bounds", wants a clear refusal (a rule with no occurrence left), never an unhandled
+    # error (which the API would answer with a 500).
     # The engine already refuses an ordinal past +-5 for FREQ=MONTHLY ("BYDAY ordinals
     # within a month range from -5 to 5"); the same holds within a BYMONTH month.
     with pytest.raises(InvalidSchedule) as caught:
@@ -247,8 +248,8 @@ def test_yearly_bymonth_large_ordinal_is_refused_not_crash() -> None:
 # ---------------------------------------------------------------------------------------
 # Bounded cost. python-dateutil searches up to year 9999 for a rule that never matches;
 # the engine bounds the search (recurrence.py), so these return None. No timing assertion
-# (CONVENTIONS: benchmarks live in bench/); the generous timeout only turns a hang into a
-# failure.
+# (docs/design.md, "Tests and benchmarks": benchmarks live in bench/); the generous timeout
+# only turns a hang into a failure.
 
 NEVER = [
     "FREQ=YEARLY;BYWEEKNO=1;BYMONTH=6",  # ISO week 1 is always in late December/January

@@ -1,5 +1,6 @@
-"""The suppression list's pure rules (DESIGN §4.8, issue 6): what each provider event does,
-how addresses are compared, when a paused reminder may resume."""
+"""The suppression list's pure rules (docs/design.md, "Suppression list"; issue 6): what
+each provider event does, how addresses are compared, when a paused reminder may
+resume."""
 
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ OLD, NEW = "old@example.com", "new@example.com"
 @pytest.mark.parametrize(
     ("profile_email", "listed", "expected"),
     [
-        # DESIGN §4.8: resume when the profile's address changes or the entry is removed.
+        # docs/design.md, "Suppression list": resume when the profile's address changes or
+        # the entry is removed.
         ("old@example.com", {OLD}, ResumeDecision(ResumeAction.STAY)),
         ("Old@Example.com", {OLD}, ResumeDecision(ResumeAction.STAY)),
         ("new@example.com", {OLD}, ResumeDecision(ResumeAction.RESUME)),

@@ -1,5 +1,6 @@
 """The shared worker loop: ticks until stopped, ticks again at once while there is more
-work, backs off after failures, and never cuts a tick short (CONVENTIONS.md)."""
+work, backs off after failures, and never cuts a tick short
+(docs/design.md, "Worker loop")."""
 
 from __future__ import annotations
 

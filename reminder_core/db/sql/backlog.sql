@@ -1,6 +1,7 @@
 -- Backlog of the scheduler as the maintenance gauges and `reminders status` see it
--- (DESIGN §6). Each subquery runs on a partial index: ix_reminders_due (pending),
--- ix_reminders_claimed (claimed, a small in-flight set), ix_outbox_unpublished.
+-- (docs/design.md, "Metrics"). Each subquery runs on a partial index: ix_reminders_due
+-- (pending), ix_reminders_claimed (claimed, a small in-flight set),
+-- ix_outbox_unpublished.
 
 -- name: backlog
 -- oldest_due: the oldest next_run_utc of a due occurrence not yet delivered (the

@@ -1,8 +1,9 @@
--- The sender's state machine on delivery_log (DESIGN §4.3): the unique
--- (reminder_id, run_time_utc) row is inserted as `sending` before the provider call;
--- only the holder of its lease (lease_token, a fencing token) may complete it.
--- delivery_log is partitioned by run_time_utc (migration 0005): a statement that reaches a
--- row by id names its run_time_utc too, so it searches one partition, not all of them.
+-- The sender's state machine on delivery_log (docs/design.md, "Delivery states",
+-- "Exactly once per occurrence"): the unique (reminder_id, run_time_utc) row is inserted
+-- as `sending` before the provider call; only the holder of its lease (lease_token, a
+-- fencing token) may complete it. delivery_log is partitioned by run_time_utc (migration
+-- 0005): a statement that reaches a row by id names its run_time_utc too, so it searches
+-- one partition, not all of them.
 
 -- name: reminder_for_send
 SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
@@ -49,7 +50,8 @@ FOR UPDATE;
 -- name: reminder_finish_occurrence
 -- Move the reminder past the occurrence just handled, unless a newer user change
 -- (cancel, pause, reschedule) already moved it: never overwrite a newer version
--- (DESIGN §4.5). Run after reminder_lock_for_advance in the same transaction.
+-- (docs/design.md, "A cancel or change wins"). Run after reminder_lock_for_advance in the
+-- same transaction.
 UPDATE reminders
 SET status = :status,
     next_run_utc = :next_run_utc,
@@ -183,10 +185,11 @@ RETURNING d.reminder_id, d.run_time_utc;
 -- In the same statement, so atomically with its delivery row, a one-time reminder still
 -- at that occurrence is finished: `completed` when sent, `failed` with the error when
 -- not (the rule of reminder_core.delivery.decide_advance for a reminder without a
--- rule); a newer user change is never overwritten (DESIGN §4.5). Recurring reminders are
--- moved on by the sender at the batch end (their next occurrence is computed in Python).
--- Returns one row per delivery row recorded (a row missing from the answer was taken
--- over: its holder records it) with `finished`: its reminder was finished here.
+-- rule); a newer user change is never overwritten (docs/design.md,
+-- "A cancel or change wins"). Recurring reminders are moved on by the sender at the batch
+-- end (their next occurrence is computed in Python). Returns one row per delivery row
+-- recorded (a row missing from the answer was taken over: its holder records it) with
+-- `finished`: its reminder was finished here.
 WITH u AS (
     SELECT *
     FROM jsonb_to_recordset(CAST(:rows AS jsonb))

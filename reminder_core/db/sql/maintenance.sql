@@ -1,4 +1,5 @@
--- The maintenance workload: nothing stays `claimed` or `sending` forever (DESIGN §4.4).
+-- The maintenance workload: nothing stays `claimed` or `sending` forever (docs/design.md,
+-- "Every occurrence ends").
 
 -- name: reap_claimed
 -- Re-drive reminders claimed longer ago than :cutoff (their message was lost, or their

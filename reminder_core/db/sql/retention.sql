@@ -1,8 +1,9 @@
--- Retention (DESIGN §6), run by the maintenance workload (coordinator/retention.py):
--- delivery_log's weekly partitions made ahead and dropped when expired (the DDL is in the
--- functions of migration 0005), expired rows of the other tables deleted in chunks.
--- Pending and in-flight work is never deleted: `sending` delivery rows, unpublished
--- outbox rows, and queue messages (this file never touches queue_messages).
+-- Retention (docs/design.md, "Retention"), run by the maintenance workload
+-- (coordinator/retention.py): delivery_log's weekly partitions made ahead and dropped
+-- when expired (the DDL is in the functions of migration 0005), expired rows of the other
+-- tables deleted in chunks. Pending and in-flight work is never deleted: `sending`
+-- delivery rows, unpublished outbox rows, and queue messages (this file never touches
+-- queue_messages).
 
 -- name: retention_lock_timeout
 -- For the rest of the transaction: give up on a lock after :timeout (text, e.g. '500ms').

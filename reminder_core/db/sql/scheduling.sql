@@ -2,8 +2,9 @@
 
 -- name: claim_due
 -- Claim up to :limit pending reminders due by :horizon and write one outbox row for each,
--- in one statement (so in one transaction): a crash loses neither (DESIGN §4.2).
--- SKIP LOCKED lets several coordinators claim disjoint sets concurrently.
+-- in one statement (so in one transaction): a crash loses neither (docs/design.md,
+-- "Claim and outbox"). SKIP LOCKED lets several coordinators claim disjoint sets
+-- concurrently.
 WITH due AS (
     SELECT id
     FROM reminders

@@ -1,7 +1,8 @@
--- The suppression list and provider feedback (DESIGN §4.8, issue 6): bounces and
--- complaints applied to delivery_log, suppressions and reminders; the sender's refusal of
--- suppressed addresses; resuming reminders paused by a suppression. Reminders are always
--- locked in id order (as the sender's advance does), so no two of these deadlock.
+-- The suppression list and provider feedback (docs/design.md, "Suppression list";
+-- issue 6): bounces and complaints applied to delivery_log, suppressions and reminders; the
+-- sender's refusal of suppressed addresses; resuming reminders paused by a suppression.
+-- Reminders are always locked in id order (as the sender's advance does), so no two of
+-- these deadlock.
 
 -- name: delivery_by_provider_message
 -- The delivery a provider event is about (provider message ids are unique per provider;
