@@ -35,13 +35,8 @@ from sender.complete import REST_MAX_S
 from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.service import Sender
 from tests.integration.helpers import insert_due_reminders, insert_sending_rows
-from tests.integration.test_sender import (
-    NOW,
-    claim,
-    make_sender,
-    one,
-)
-from tests.support.sending import Clock, CountingProvider
+from tests.integration.test_sender import claim, one
+from tests.support.sending import NOW, Clock, CountingProvider, make_sender
 from tests.support.workloads import child_env, wait_until
 
 SLACK_S = 5.0  # a loaded 2-core machine: how long "soon" may take

@@ -36,8 +36,8 @@ from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from reminder_core.worker.loop import Service, join_loops, start_loops
 from tests.integration.helpers import insert_due_reminders
-from tests.integration.test_sender import CountingProvider, make_sender
 from tests.support.maintenance import make_maintainer
+from tests.support.sending import CountingProvider, make_sender
 from tests.support.workloads import REPO_ROOT, child_env, free_port, wait_until
 
 pytestmark = pytest.mark.timeout(120)

@@ -29,7 +29,8 @@ from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.providers.failover import FailoverProvider
 from tests.integration.helpers import insert_due_reminders
-from tests.integration.test_sender import NOW, Clock, CountingProvider, claim, make_sender
+from tests.integration.test_sender import claim
+from tests.support.sending import NOW, Clock, CountingProvider, make_sender
 
 # NOW (2030-01-01 12:00:00 UTC) as ISO 8601 in UTC with `Z`.
 NOW_ISO = "2030-01-01T12:00:00Z"

@@ -32,8 +32,8 @@ from reminder_core.worker.loop import Heartbeat
 from tests.integration.api_support import Clock as ApiClock
 from tests.integration.api_support import bearer, build_app
 from tests.integration.helpers import insert_due_reminders
-from tests.integration.test_sender import Clock, CountingProvider, make_sender
 from tests.support.maintenance import make_maintainer
+from tests.support.sending import Clock, CountingProvider, make_sender
 from tests.support.workloads import free_port
 
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)

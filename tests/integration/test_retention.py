@@ -29,8 +29,8 @@ from reminder_core.db.migrate import upgrade
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from tests.integration.helpers import insert_due_reminders
-from tests.integration.test_sender import Clock, CountingProvider, make_sender
 from tests.support.maintenance import make_maintainer
+from tests.support.sending import Clock, CountingProvider, make_sender
 from tests.support.workloads import fresh_database as empty_database
 
 WEEK = timedelta(days=7)

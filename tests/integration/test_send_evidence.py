@@ -44,10 +44,10 @@ from sender.service import Outcome, Sender
 from tests.integration.api_support import Clock as ApiClock
 from tests.integration.api_support import build_app
 from tests.integration.helpers import insert_due_reminders, insert_sending_rows
-from tests.integration.test_sender import NOW, claim, make_sender, one, receive_one
+from tests.integration.test_sender import claim, one, receive_one
 from tests.support.fake_provider import FakeProvider
 from tests.support.providers import resend_provider
-from tests.support.sending import Clock
+from tests.support.sending import NOW, Clock, make_sender
 from tests.support.webhook_payloads import RESEND_SENT
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(24)).decode()

@@ -27,8 +27,8 @@ from reminder_core.queue import PostgresQueue
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from reminder_core.suppression import remove_suppression
-from tests.integration.test_sender import Clock, CountingProvider, make_sender
 from tests.support.maintenance import make_maintainer
+from tests.support.sending import Clock, CountingProvider, make_sender
 from webhooks.apply import apply_event
 from webhooks.events import EventKind, WebhookEvent
 

@@ -40,10 +40,10 @@ from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from tests.integration.api_support import Clock, build_app
 from tests.integration.test_api import assert_problem
-from tests.integration.test_sender import Clock as SenderClock
-from tests.integration.test_sender import make_sender
 from tests.support.fake_provider import FakeProvider
 from tests.support.providers import resend_provider
+from tests.support.sending import Clock as SenderClock
+from tests.support.sending import make_sender
 from tests.support.sns import (
     CERT_PATH,
     SNS_HOST,
