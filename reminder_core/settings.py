@@ -381,6 +381,11 @@ class Settings(BaseSettings):
                 )
         return self
 
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_log_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
     @field_validator("webhook_sns_topic_arns", mode="before")
     @classmethod
     def _split_topic_arns(cls, value: object) -> object:
@@ -398,8 +403,10 @@ class Settings(BaseSettings):
 
     # --- process ---
     shutdown_grace_s: float = Field(default=20.0, gt=0)
-    log_level: str = Field(
-        default="INFO", description="DEBUG | INFO | WARNING | ERROR (the root logger's level)."
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
+        default="INFO",
+        description="DEBUG | INFO | WARNING | ERROR | CRITICAL, in any case (the root"
+        " logger's level).",
     )
     log_format: Literal["json", "console"] = Field(
         default="json",

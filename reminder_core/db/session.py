@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 
 
 def normalize_url(url: str) -> str:
-    """Return `url` with the psycopg 3 driver (postgres:// and postgresql:// accepted)."""
-    parsed = make_url(url.replace("postgres://", "postgresql://", 1))
+    """Return `url` with the psycopg 3 driver (postgres:// and postgresql:// accepted).
+
+    Raises:
+        ValueError: `url` is not a URL, or not a PostgreSQL one (the value is not repeated:
+            it may hold a password).
+    """
+    try:
+        parsed = make_url(url.replace("postgres://", "postgresql://", 1))
+    except ArgumentError:
+        raise ValueError(
+            "DATABASE_URL is not a database URL (expected postgresql://user@host:port/name)"
+        ) from None
     if parsed.drivername in ("postgresql", "postgresql+psycopg2"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.drivername != "postgresql+psycopg":

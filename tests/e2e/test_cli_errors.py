@@ -94,8 +94,19 @@ def test_bad_sender_settings_are_one_line_and_exit_2(
         (["reminders", "api"], {}, ["JWT_SECRET"]),  # no key set, none stored in cwd
         (["reminder_api"], {**JWT, "DB_POOL_SIZE": "0"}, ["error: DB_POOL_SIZE: "]),
         (["coordinator"], {"QUEUE_URL": "garbage"}, ["QUEUE_URL"]),
+        # Found by a new-user trial: both were tracebacks with exit status 1.
+        (["coordinator.maintenance"], {"LOG_LEVEL": "verbose"}, ["error: LOG_LEVEL: "]),
+        (["reminders", "sender"], {"DATABASE_URL": "notaurl"}, ["DATABASE_URL", "not a"]),
     ],
-    ids=["queue-url", "database-url", "no-jwt-key", "python-m-api", "python-m-coordinator"],
+    ids=[
+        "queue-url",
+        "database-url",
+        "no-jwt-key",
+        "python-m-api",
+        "python-m-coordinator",
+        "log-level",
+        "database-url-not-a-url",
+    ],
 )
 def test_bad_api_and_worker_settings_are_one_line_and_exit_2(
     command: list[str],
