@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from coordinator.service import Coordinator
-from reminder_core.runtime import Runtime, run_workload
-from reminder_core.settings import Settings
+from reminder_core.runtime import Runtime, workload_main
 
 
 def build(rt: Runtime) -> Coordinator:
@@ -14,12 +13,5 @@ def build(rt: Runtime) -> Coordinator:
     )
 
 
-def main(settings: Settings | None = None) -> int:
-    """Run this workload until SIGTERM/SIGINT; returns the exit status
-    (reminder_core.runtime.run_workload)."""
-    return run_workload(
-        settings,
-        application_name="reminders-coordinator",
-        build=build,
-        poll_interval_s=lambda s: s.coordinator_poll_interval_s,
-    )
+#: Run this workload until SIGTERM/SIGINT; returns the exit status.
+main = workload_main("reminders-coordinator", build, lambda s: s.coordinator_poll_interval_s)

@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from sqlalchemy import Engine
 
@@ -189,6 +189,32 @@ def run_workload(
         return run_services([(service, poll_interval_s(settings))], settings)
     finally:
         rt.close()
+
+
+class WorkloadMain(Protocol):
+    """A workload's entry point: runs it with `settings` (default: from the environment)
+    until SIGTERM/SIGINT; returns the exit status."""
+
+    def __call__(self, settings: Settings | None = None) -> int: ...
+
+
+def workload_main(
+    application_name: str,
+    build: Callable[[Runtime], Service],
+    poll_interval_s: Callable[[Settings], float],
+) -> WorkloadMain:
+    """The `main(settings=None) -> exit status` of a one-service workload: `run_workload`
+    with these arguments (coordinator, sweeper, maintenance)."""
+
+    def main(settings: Settings | None = None) -> int:
+        return run_workload(
+            settings,
+            application_name=application_name,
+            build=build,
+            poll_interval_s=poll_interval_s,
+        )
+
+    return main
 
 
 def hard_exit(status: int) -> NoReturn:

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from coordinator.maintenance.claim_rescuer import counted
+from coordinator.maintenance.base import counted
 from reminder_core.db.queries import query
 from reminder_core.delivery import advance_reminder, zone_or_none
 from reminder_core.errors import InfrastructureError

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
-from sqlalchemy import Engine
-
-from coordinator.maintenance.claim_rescuer import counted, stale_rows
+from coordinator.maintenance.base import Rescuer, counted
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.logging import delivery_fields
 from reminder_core.worker.loop import TickResult
@@ -20,28 +18,21 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class DeliveryRescuer:
-    """Ends orphaned `sending` rows.
+class DeliveryRescuer(Rescuer):
+    """Ends orphaned `sending` rows (besides Rescuer's attributes):
 
     Attributes:
-        engine: database engine.
         abandon_after_s: an unheld `sending` row older than this may be abandoned.
-        batch_size: most rows per run.
-        interval_s: seconds between runs.
     """
 
-    engine: Engine
     abandon_after_s: float
-    batch_size: int
-    interval_s: float
     name: ClassVar[str] = "abandoned"
+    statement: ClassVar[str] = "abandon_sending"
 
     def run_once(self, now: datetime) -> TickResult:
         """Record unheld, orphaned `sending` rows as failed (as sent with the provider's
         evidence), in one transaction; counts {"abandoned": n}. Logs each one."""
-        rows = stale_rows(
-            self.engine, "abandon_sending", now, self.abandon_after_s, self.batch_size
-        )
+        rows = self.stale_rows(now, self.abandon_after_s)
         failed = sum(1 for row in rows if row.status == DeliveryStatus.FAILED)
         if failed:
             log.warning("recorded %d abandoned deliveries as failed", failed)

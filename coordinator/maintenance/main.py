@@ -16,9 +16,8 @@ from coordinator.maintenance.webhook_rematcher import WebhookRematcher
 from reminder_core.metrics import register_backlog_gauges
 from reminder_core.profiles import ProfileSource
 from reminder_core.queue import Queue
-from reminder_core.runtime import Runtime, run_workload
+from reminder_core.runtime import Runtime, workload_main
 from reminder_core.scheduling import ScheduleConfig
-from reminder_core.settings import Settings
 
 #: Most rows (letters, claims, deliveries, events, reminders) each service handles per run.
 BATCH_SIZE = 500
@@ -99,12 +98,5 @@ def build(rt: Runtime) -> Maintainer:
     )
 
 
-def main(settings: Settings | None = None) -> int:
-    """Run this workload until SIGTERM/SIGINT; returns the exit status
-    (reminder_core.runtime.run_workload)."""
-    return run_workload(
-        settings,
-        application_name="reminders-maintenance",
-        build=build,
-        poll_interval_s=lambda s: s.maintenance_poll_interval_s,
-    )
+#: Run this workload until SIGTERM/SIGINT; returns the exit status.
+main = workload_main("reminders-maintenance", build, lambda s: s.maintenance_poll_interval_s)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 
-from coordinator.maintenance.claim_rescuer import counted
+from coordinator.maintenance.base import counted
 from reminder_core.suppression import rematch_unmatched
 from reminder_core.worker.loop import TickResult
 

@@ -19,14 +19,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from coordinator.maintenance.maintainer import Maintainer, MaintenanceStepFailed
+from coordinator.maintenance.maintainer import MaintenanceStepFailed
 from coordinator.service import Coordinator
 from reminder_core.clock import utcnow
 from reminder_core.dlq import replay
 from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import NEXT_RUN_LAG
-from reminder_core.profiles import ProfileSource
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from sender.service import Sender
@@ -77,18 +76,6 @@ def faults_sender(
         db, queue, settings, provider, clock or utcnow, retry=retry,
         visibility_timeout_s=visibility_timeout_s,
     )  # fmt: skip
-
-
-def maintenance_with(
-    db: Engine,
-    queue: PostgresQueue,
-    settings: Settings,
-    profiles: ProfileSource | None = None,
-    lease_s: float = 120,
-) -> Maintainer:
-    """The maintenance workload with 15-minute claim and abandon thresholds; profiles
-    from the settings' file unless given."""
-    return make_maintainer(db, queue, settings, profiles=profiles, lease_s=lease_s)
 
 
 def claim(db: Engine, queue: PostgresQueue, now: datetime) -> None:
@@ -190,7 +177,7 @@ def test_always_failing_provider_dead_letters_fails_and_advances_a_recurring_rem
         clock.now += timedelta(minutes=10)
     assert queue.depth(now=clock.now).dead_lettered == 1
     assert len(fake.state.requests) == 3  # max receive count
-    maintenance = maintenance_with(db, queue, settings)
+    maintenance = make_maintainer(db, queue, settings)
     assert maintenance.run_once(clock.now).counts == {"dead_letters": 1}
     assert maintenance.run_once(clock.now).counts == {}  # recorded once
     with db.connect() as conn:
@@ -213,7 +200,7 @@ def test_replay_sends_a_dead_letter_once_and_never_resends_a_delivered_one(
     for _ in range(5):
         sender.run_once(clock.now)
         clock.now += timedelta(minutes=10)
-    maintenance = maintenance_with(db, queue, settings)
+    maintenance = make_maintainer(db, queue, settings)
     maintenance.run_once(clock.now)
     with db.connect() as conn:
         assert conn.execute(text("SELECT status FROM reminders")).scalar_one() == "failed"
@@ -286,7 +273,7 @@ def test_reapers_redrive_stuck_claims_and_fail_orphaned_sending_rows(db, queue, 
                  " locked_at, updated_at) VALUES (:id, 'alice', :t, 'sending', :t, :t)"),
             {"id": ids[1], "t": now - timedelta(hours=1)},
         )  # fmt: skip
-    maintenance = maintenance_with(db, queue, settings)
+    maintenance = make_maintainer(db, queue, settings)
     assert maintenance.run_once(now).counts == {"reclaimed": 1, "abandoned": 1}
     with db.connect() as conn:
         first = conn.execute(
@@ -316,7 +303,7 @@ def test_the_reaper_leaves_the_row_of_a_paused_reminder_that_still_points_at_it(
                  " FROM reminders"),
             {"t": due},
         )  # fmt: skip
-    maintenance = maintenance_with(db, queue, settings)
+    maintenance = make_maintainer(db, queue, settings)
     assert "abandoned" not in maintenance.run_once(now).counts
     with db.begin() as conn:  # resumed: pending again at the same occurrence
         conn.execute(text("UPDATE reminders SET status = 'pending'"))
@@ -354,7 +341,7 @@ def test_a_dead_letter_is_not_recorded_while_its_occurrence_is_sent_under_a_live
             text("UPDATE queue_messages SET dead_lettered = true, dead_lettered_at = :t"),
             {"t": now},
         )
-    maintenance = maintenance_with(db, queue, settings, lease_s=60)
+    maintenance = make_maintainer(db, queue, settings, lease_s=60)
     letters = maintenance.service("dead_letters")
     assert letters.run_once(now + timedelta(seconds=10)).counts == {"dead_letters": 0}
     assert delivery(db)[0] == "sending"
@@ -407,10 +394,10 @@ def test_a_profile_outage_holds_back_only_the_dead_letters_the_other_steps_run(
     rid = dead_letter_one(db, queue, now)
     later = now + timedelta(minutes=10)  # its own claim is younger than CLAIM_TIMEOUT_S
     stuck_claim(db, later)
-    down = maintenance_with(db, queue, settings, DownProfiles())
+    down = make_maintainer(db, queue, settings, profiles=DownProfiles())
     assert down.run_once(later).counts == {"reclaimed": 1}  # the letter waits, the rest ran
     assert len(queue.dead_letters(limit=10, unrecorded_only=True)) == 1
-    up = maintenance_with(db, queue, settings)
+    up = make_maintainer(db, queue, settings)
     assert up.run_once(later).counts == {"dead_letters": 1}
     with db.connect() as conn:
         status = conn.execute(
@@ -432,7 +419,7 @@ def test_a_failing_step_fails_the_tick_after_every_other_step_ran(db, settings) 
     queue = BrokenDeadLetters(db, name="reminders", max_receive_count=3)
     stuck_claim(db, now)
     insert_due_reminders(db, 1, next_run_utc=now - timedelta(seconds=90))  # 90 s late
-    maintenance = maintenance_with(db, queue, settings)
+    maintenance = make_maintainer(db, queue, settings)
     with pytest.raises(MaintenanceStepFailed) as failed:
         maintenance.run_once(now)
     assert [name for name, _ in failed.value.failures] == ["dead_letters"]
