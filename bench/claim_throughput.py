@@ -25,9 +25,9 @@ from sqlalchemy.engine import make_url
 from coordinator.service import Coordinator
 from reminder_core.db.embedded import embedded_database_url
 from reminder_core.db.migrate import upgrade
-from reminder_core.db.queries import query
 from reminder_core.db.session import make_engine, normalize_url
 from reminder_core.queue import PostgresQueue
+from reminder_core.store._statements import query
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
 
@@ -78,7 +78,7 @@ def bench_ours(engine: Engine, n: int, batch: int) -> float:
 
 def bench_raw(engine: Engine, url: str, n: int, batch: int) -> float:
     reset(engine, n)
-    sql = str(query("claim_due")).replace(":horizon", "%(horizon)s")
+    sql = str(query("reminder_claim_due")).replace(":horizon", "%(horizon)s")
     for name in ("now", "limit", "worker"):
         sql = sql.replace(f":{name}", f"%({name})s")
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)

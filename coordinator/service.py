@@ -10,11 +10,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from reminder_core.db.queries import query
 from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import CLAIMS, CLAIMS_PER_TICK, PUBLISHED
 from reminder_core.outbox import publish_outbox_rows
 from reminder_core.queue import Queue
+from reminder_core.store._statements import query
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class Coordinator:
         horizon = now + timedelta(seconds=self.lookahead_s)
         with self._engine.begin() as conn:
             rows = conn.execute(
-                query("claim_due"),
+                query("reminder_claim_due"),
                 {
                     "horizon": horizon,
                     "now": now,

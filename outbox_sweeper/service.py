@@ -6,10 +6,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 
-from reminder_core.db.queries import id_array, query
 from reminder_core.metrics import PUBLISHED
 from reminder_core.outbox import message_delay_s
 from reminder_core.queue import Queue
+from reminder_core.store._statements import id_array, query
 from reminder_core.worker.loop import TickResult
 
 

@@ -9,7 +9,6 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine
 
-from reminder_core.db.queries import query
 from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import (
     BACKLOG_UPDATED,
@@ -22,6 +21,7 @@ from reminder_core.metrics import (
     QUEUE_DEPTH,
 )
 from reminder_core.queue import Queue, QueueDepth
+from reminder_core.store._statements import query
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def read_backlog(conn: Connection, now: datetime) -> Backlog:
     Raises:
         sqlalchemy.exc.DBAPIError: the database failed.
     """
-    row = conn.execute(query("backlog"), {"now": now}).one()
+    row = conn.execute(query("reminder_backlog"), {"now": now}).one()
     return Backlog(
         next_run_lag_s=age_s(now, row.oldest_due),
         oldest_pending_age_s=age_s(now, row.oldest_pending),

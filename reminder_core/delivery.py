@@ -15,12 +15,12 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Row
 
-from reminder_core.db.queries import id_array, json_rows, query
 from reminder_core.domain.recurrence import Schedule, next_occurrence
 from reminder_core.domain.states import ReminderStatus
 from reminder_core.errors import InvalidSchedule
 from reminder_core.profiles import Profile
 from reminder_core.scheduling import ScheduleConfig, build_schedule, zone_for
+from reminder_core.store._statements import id_array, json_rows, query
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def decide_advance(
     "A cancel or change wins").
 
     Args:
-        current: the reminder row as locked now (reminders_lock_for_advance columns).
+        current: the reminder row as locked now (reminder_lock_many_for_advance columns).
         advance: the occurrence just handled.
         config: recurrence limits.
 
@@ -148,7 +148,7 @@ def advance_reminder(
         return None
     status, next_run, last_error = decided
     conn.execute(
-        query("reminder_finish_occurrence"),
+        query("reminder_advance"),
         {
             "id": reminder_id,
             "run_time_utc": occurrence_utc,
@@ -177,7 +177,8 @@ def advance_reminders(
         return {}
     ids = sorted({a.reminder_id for a in advances})
     rows: dict[uuid.UUID, Row[Any] | SimpleNamespace] = {
-        r.id: r for r in conn.execute(query("reminders_lock_for_advance"), {"ids": id_array(ids)})
+        r.id: r
+        for r in conn.execute(query("reminder_lock_many_for_advance"), {"ids": id_array(ids)})
     }
     final: dict[uuid.UUID, tuple[datetime, ReminderStatus, datetime | None, str | None]] = {}
     for advance in advances:
@@ -207,7 +208,7 @@ def advance_reminders(
             )
     if final:
         conn.execute(
-            query("reminders_finish_occurrences"),
+            query("reminder_advance_many"),
             {
                 "rows": json_rows(
                     {

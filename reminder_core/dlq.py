@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 
-from reminder_core.db.queries import query
 from reminder_core.messages import MalformedMessage, OccurrenceMessage
 from reminder_core.queue import DeadLetter, Queue
+from reminder_core.store._statements import query
 
 #: Seconds between two passes while waiting for held dead letters.
 POLL_S = 1.0
@@ -192,12 +192,12 @@ class _Replayer:
                     malformed.append(letter.message_id)
                     continue
                 key = {"reminder_id": reminder_id, "run_time_utc": run_time}
-                status = conn.execute(query("delivery_status"), key).scalar_one_or_none()
+                status = conn.execute(query("delivery_get_status"), key).scalar_one_or_none()
                 if status in ("sent", "bounced", "complained"):
                     delivered.append(letter.message_id)
                     continue
                 conn.execute(
-                    query("delivery_for_replay"),
+                    query("delivery_prepare_replay"),
                     key | {"now": now, "lease_cutoff": now - timedelta(seconds=self._lease_s)},
                 )
                 redrive.append(letter.message_id)

@@ -1,10 +1,10 @@
 """The queue message body of one due occurrence: the one codec every reader and writer uses.
 
-The coordinator writes the body (the outbox payload, built by `claim_due` in
-`db/sql/scheduling.sql` in exactly the shape `encode` gives), the outbox publisher reads its
+The coordinator writes the body (the outbox payload, built by `reminder_claim_due` in
+`store/sql/reminders.sql` in exactly the shape `encode` gives), the outbox publisher reads its
 due time, the sender decodes it, the maintenance workload and `reminders dlq` decode dead
 letters, and a redrive marks it as a replay (`as_replay`; the PostgreSQL queue does the same
-in SQL, `queue_redrive` in `db/sql/queue.sql`).
+in SQL, `queue_message_redrive` in `store/sql/queue_messages.sql`).
 
 Body (a JSON object):
 
@@ -73,7 +73,7 @@ class OccurrenceMessage:
 
     def encode(self) -> dict[str, Any]:
         """The body as a JSON-ready dict (run_time_utc as ISO 8601 with `+00:00`, to the
-        microsecond, as `claim_due` writes it); `replay` only when set."""
+        microsecond, as `reminder_claim_due` writes it); `replay` only when set."""
         body: dict[str, Any] = {
             "reminder_id": str(self.reminder_id),
             "run_time_utc": self.run_time_utc.astimezone(UTC).isoformat(timespec="microseconds"),

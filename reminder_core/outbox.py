@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from reminder_core.db.queries import id_array, query
 from reminder_core.messages import run_time_of
 from reminder_core.queue import Queue
+from reminder_core.store._statements import id_array, query
 
 
 def message_delay_s(payload: dict[str, Any], now: datetime) -> float:
@@ -21,7 +21,7 @@ def message_delay_s(payload: dict[str, Any], now: datetime) -> float:
 
     Raises:
         MalformedMessage: the payload has no valid run_time_utc (never for rows written by
-            `claim_due`).
+            `reminder_claim_due`).
     """
     run_time = run_time_of(payload)
     return max(0.0, (run_time - now).total_seconds())

@@ -18,7 +18,6 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Engine, Row
 
-from reminder_core.db.queries import id_array, json_rows, query
 from reminder_core.delivery import schedule_of_row, zone_or_none
 from reminder_core.domain.recurrence import next_occurrence
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
@@ -35,13 +34,14 @@ from reminder_core.domain.suppression import (
 from reminder_core.errors import InfrastructureError, InvalidSchedule
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.scheduling import ScheduleConfig
+from reminder_core.store._statements import id_array, json_rows, query
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class DeliveryRef:
-    """The delivery a provider event is about (columns of delivery_by_provider_message);
+    """The delivery a provider event is about (columns of delivery_get_by_provider_message);
     (id, run_time_utc) is the row's primary key (delivery_log is partitioned by
     run_time_utc)."""
 
@@ -78,7 +78,7 @@ def find_delivery(
     if not provider_message_id:
         return None
     row = conn.execute(
-        query("delivery_by_provider_message"),
+        query("delivery_get_by_provider_message"),
         {"provider": provider, "provider_message_id": provider_message_id},
     ).one_or_none()
     if row is None:
@@ -120,7 +120,7 @@ def apply_decision(
     status: DeliveryStatus | None = None
     if decision.delivery_status is not None:
         changed = conn.execute(
-            query("delivery_feedback"),
+            query("delivery_record_feedback"),
             {
                 "id": delivery.id,
                 "run_time_utc": delivery.run_time_utc,
@@ -145,7 +145,7 @@ def apply_decision(
         },
     ).first()
     paused = conn.execute(
-        query("reminders_pause_for_suppression"),
+        query("reminder_pause_user_for_suppression"),
         {
             "user_id": delivery.user_id,
             "address": address,
@@ -167,7 +167,7 @@ def suppressed_among(conn: Connection, addresses: Iterable[str]) -> dict[str, st
     wanted = sorted(set(addresses))
     if not wanted:
         return {}
-    rows = conn.execute(query("suppressed_among"), {"emails": json.dumps(wanted)})
+    rows = conn.execute(query("suppression_list_among"), {"emails": json.dumps(wanted)})
     return {r.email: r.reason for r in rows}
 
 
@@ -201,7 +201,7 @@ def refusals(conn: Connection, emails: Iterable[str]) -> dict[str, Refusal]:
 
 def paused_refusal(reminder: Row[Any], run_time_utc: datetime) -> Refusal | None:
     """The Refusal of an occurrence whose reminder a suppression paused after it was
-    claimed (columns of reminders_for_send), None when it was not paused that way."""
+    claimed (columns of reminder_get_many_for_send), None when it was not paused that way."""
     if (
         reminder.status != ReminderStatus.PAUSED
         or reminder.suppressed_address is None
@@ -251,7 +251,7 @@ def record_refusals(
     if not rows:
         return {}
     changed = conn.execute(
-        query("reminders_suppressed_at_send"), {"rows": json_rows(rows), "now": now}
+        query("reminder_suppress_at_send_many"), {"rows": json_rows(rows), "now": now}
     )
     return {r.id: ReminderStatus(r.status) for r in changed}
 
@@ -333,7 +333,7 @@ def resume_reminders(
     if not reminder_ids:
         return []
     rows = conn.execute(
-        query("suppression_lock_paused"), {"ids": id_array(sorted(reminder_ids))}
+        query("reminder_lock_many_suppressed"), {"ids": id_array(sorted(reminder_ids))}
     ).all()
     updates = []
     for row in rows:
@@ -350,7 +350,7 @@ def resume_reminders(
     if not updates:
         return []
     resumed = conn.execute(
-        query("reminders_resume_from_suppression"), {"rows": json_rows(updates), "now": now}
+        query("reminder_resume_many_from_suppression"), {"rows": json_rows(updates), "now": now}
     ).scalars()
     return sorted(resumed)
 
@@ -388,7 +388,7 @@ def recheck_paused(
     """
     with engine.begin() as conn:
         rows = conn.execute(
-            query("suppression_paused_to_check"),
+            query("reminder_list_suppressed_to_check"),
             {"checked_before": now - timedelta(seconds=recheck_interval_s), "limit": limit},
         ).all()
     if not rows:
@@ -433,11 +433,12 @@ def recheck_paused(
         checked += sorted(set(resume) - set(resumed))  # no zone yet: try after the interval
         if repoint:
             conn.execute(
-                query("reminders_repoint_suppression"), {"rows": json_rows(repoint), "now": now}
+                query("reminder_repoint_many_suppression"), {"rows": json_rows(repoint), "now": now}
             )
         if checked:
             conn.execute(
-                query("reminders_suppression_checked"), {"ids": id_array(checked), "now": now}
+                query("reminder_mark_many_suppression_checked"),
+                {"ids": id_array(checked), "now": now},
             )
     if resumed:
         log.info("resumed %d reminders paused by a suppression", len(resumed))
@@ -518,7 +519,9 @@ def remove_suppression(
     """
     address = normalize_address(email)
     with engine.begin() as conn:
-        paused = conn.execute(query("suppression_paused_by_address"), {"email": address}).all()
+        paused = conn.execute(
+            query("reminder_list_suppressed_by_address"), {"email": address}
+        ).all()
     found: dict[str, Profile | None] = {}
     for user_id in sorted({r.user_id for r in paused}):
         try:
@@ -550,7 +553,9 @@ def rematch_unmatched(conn: Connection, *, now: datetime, since: datetime, limit
     Returns:
         How many events were applied (their outcome is now `recorded` or `suppressed`).
     """
-    rows = conn.execute(query("webhook_events_rematch"), {"since": since, "limit": limit}).all()
+    rows = conn.execute(
+        query("webhook_event_lock_rematchable"), {"since": since, "limit": limit}
+    ).all()
     for r in rows:
         kind = FeedbackKind(r.kind)
         decision = decide_feedback(kind, delivery_found=True)
@@ -566,7 +571,7 @@ def rematch_unmatched(conn: Connection, *, now: datetime, since: datetime, limit
             now=now,
         )
         conn.execute(
-            query("webhook_event_matched"),
+            query("webhook_event_mark_matched"),
             {
                 "id": r.id,
                 "outcome": decision.outcome.value,

@@ -19,10 +19,10 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from reminder_core.backlog import age_s, read_backlog
-from reminder_core.db.queries import query
 from reminder_core.errors import InfrastructureError
 from reminder_core.queue import Queue
 from reminder_core.settings import Settings
+from reminder_core.store._statements import query
 from sender.providers.failover import STATE_CLOSED, BreakerReading, read_shared_breaker
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ def _delivery_checks(engine: Engine, settings: Settings, now: datetime) -> list[
             lag = conn.execute(query("delivery_lag_p99_since"), {"since": since}).one()
             by_status = {
                 r.status: int(r.n)
-                for r in conn.execute(query("delivery_failures_since"), {"since": since})
+                for r in conn.execute(query("delivery_count_failures_since"), {"since": since})
             }
     except SQLAlchemyError as exc:
         return [

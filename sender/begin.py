@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Engine, Row
 
-from reminder_core.db.queries import id_array, json_rows, query
 from reminder_core.delivery import advance_reminder, schedule_of_row, zone_or_none
 from reminder_core.domain.misfire import MisfirePlan, plan_misfire
 from reminder_core.domain.recurrence import occurrences_between
@@ -22,6 +21,7 @@ from reminder_core.errors import InfrastructureError, InvalidSchedule
 from reminder_core.logging import delivery_fields
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.scheduling import ScheduleConfig
+from reminder_core.store._statements import id_array, json_rows, query
 from reminder_core.suppression import (
     Refusal,
     paused_refusal,
@@ -128,7 +128,9 @@ class Begin:
         with self._engine.begin() as conn:
             batch = _Batch(conn, now, decided)
             ids = id_array({r.occurrence.reminder_id for r, _ in live})
-            reminders = {r.id: r for r in conn.execute(query("reminders_for_send"), {"ids": ids})}
+            reminders = {
+                r.id: r for r in conn.execute(query("reminder_get_many_for_send"), {"ids": ids})
+            }
             blocked = refusals(conn, {p.email for _, p in live if p is not None})
             for r, profile in live:
                 refusal = blocked.get(profile.email) if profile is not None else None
@@ -273,7 +275,7 @@ class Begin:
                 log.warning("cannot list due occurrences", extra=_fields(r, error=exc))
         if len(due) > 1:
             in_flight = conn.execute(
-                query("delivery_in_flight"),
+                query("delivery_get_in_flight"),
                 {"reminder_id": occ.reminder_id, "from_utc": occ.run_time_utc},
             ).scalar_one_or_none()
             if in_flight is not None and in_flight in due:
@@ -296,7 +298,7 @@ class Begin:
         recorded = {
             (row.reminder_id, row.run_time_utc): row.status
             for row in conn.execute(
-                query("delivery_record_terminal_batch"),
+                query("delivery_record_terminal_many"),
                 {
                     "rows": json_rows(
                         {
@@ -343,7 +345,7 @@ class Begin:
         if not batch.paused:
             return
         rows = batch.conn.execute(
-            query("delivery_record_evidenced_sent"),
+            query("delivery_record_evidenced_sent_many"),
             {
                 "rows": json_rows(
                     {"reminder_id": r.occurrence.reminder_id,
@@ -376,7 +378,7 @@ class Begin:
                 seen.add(key)
                 tokens[uuid.uuid4()] = t
         rows = conn.execute(
-            query("delivery_begin_batch"),
+            query("delivery_begin_many"),
             {
                 "rows": json_rows(
                     {
@@ -414,12 +416,12 @@ class Begin:
         """The occurrence is held by another worker (BUSY) or already terminal."""
         occ, conn, now = t.received.occurrence, batch.conn, batch.now
         params = {"reminder_id": occ.reminder_id, "run_time_utc": t.chosen}
-        status = conn.execute(query("delivery_status"), params).scalar_one_or_none()
+        status = conn.execute(query("delivery_get_status"), params).scalar_one_or_none()
         if status == DeliveryStatus.SENDING:
             # Come back when the holder's lease ends (not at every visibility timeout,
             # which would burn receives toward the dead-letter queue).
             left = conn.execute(
-                query("delivery_lease_left"), {**params, "lease_s": self.lease_s, "now": now}
+                query("delivery_get_lease_left"), {**params, "lease_s": self.lease_s, "now": now}
             ).scalar_one_or_none()
             hide = float(left) + 1 if left is not None else None
             return Decided.of(t.received, Outcome.BUSY, run_time_utc=t.chosen, hide_for_s=hide)

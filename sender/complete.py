@@ -24,9 +24,9 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from reminder_core.db.queries import json_rows, query
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.metrics import COMPLETER_FLUSHED, COMPLETER_FLUSHES, COMPLETER_WAIT
+from reminder_core.store._statements import json_rows, query
 from sender.work import Outcome, SendResult, log
 
 #: Seconds without an outcome after which the completer gives its connection back to the
@@ -54,7 +54,7 @@ class FlushFailed(Exception):
 class Recorded:
     """A send whose outcome the completer wrote (or found it could not: `recorded` False
     means the row's lease was taken over or the row was ended by someone else); with
-    `finished`, the flush also finished its one-time reminder (`delivery_record_batch`)."""
+    `finished`, the flush also finished its one-time reminder (`delivery_complete_many`)."""
 
     result: SendResult
     recorded: bool
@@ -99,7 +99,7 @@ class Completer:
     when `flush_max` outcomes are waiting or the batch is over (`drain`): a lone answer is
     written within one statement's time, a busy sender writes at most one statement per
     interval, and none later than the batch's end. Each flush is one autocommit statement
-    (`delivery_record_batch`) on a connection the completer keeps while busy: sent and
+    (`delivery_complete_many`) on a connection the completer keeps while busy: sent and
     failed rows completed, retried and released ones given back, each fenced by its own
     lease token (a row taken over meanwhile is left to its holder).
 
@@ -332,14 +332,14 @@ class Completer:
                 # The failed attempt may have committed before its connection broke (its
                 # reminders are then moved on at the batch end: finished False).
                 found = conn.execute(
-                    query("delivery_recorded_at"), {"rows": json_rows(rows), "now": now}
+                    query("delivery_list_recorded_at"), {"rows": json_rows(rows), "now": now}
                 )
                 earlier = dict.fromkeys(found.scalars(), False)
             pending = [row for row in rows if row["id"] not in earlier]
             if not pending:
                 return earlier
             done = conn.execute(
-                query("delivery_record_batch"), {"rows": json_rows(pending), "now": now}
+                query("delivery_complete_many"), {"rows": json_rows(pending), "now": now}
             )
             return earlier | {row.id: row.finished for row in done}
         except DBAPIError:
@@ -376,7 +376,7 @@ def _writes(result: SendResult) -> bool:
 
 
 def _row(result: SendResult) -> dict[str, object]:
-    """The delivery_record_batch row of one outcome: SENT and FAILED complete the row;
+    """The delivery_complete_many row of one outcome: SENT and FAILED complete the row;
     RETRY and RELEASED give its lease back (status stays `sending`)."""
     begun = result.begun
     receipt = result.receipt

@@ -13,7 +13,6 @@ from sqlalchemy import Engine
 from structlog.contextvars import bind_contextvars, reset_contextvars
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
-from reminder_core.db.queries import query
 from reminder_core.domain.retry import RetryPolicy, next_wait_s, requeue_delay_s, should_stop
 from reminder_core.errors import (
     InfrastructureError,
@@ -22,6 +21,7 @@ from reminder_core.errors import (
 )
 from reminder_core.logging import delivery_fields
 from reminder_core.metrics import POSSIBLE_DUPLICATES, SENDS_RECOVERED
+from reminder_core.store._statements import query
 from sender.providers.base import ChoosingProvider, OutgoingEmail, Provider, SendReceipt
 from sender.recheck import Recheck
 from sender.render import Renderer
@@ -164,7 +164,7 @@ class Executor:
         begun = attempt.begun
         with self._engine.connect() as conn:
             row = conn.execute(
-                query("delivery_evidence"),
+                query("delivery_get_evidence"),
                 {"id": begun.delivery_id, "run_time_utc": begun.chosen,
                  "lease_token": begun.lease_token},
             ).one_or_none()  # fmt: skip

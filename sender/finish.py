@@ -8,9 +8,9 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine
 
-from reminder_core.db.queries import json_rows, query
 from reminder_core.delivery import Advance, advance_reminders
 from reminder_core.scheduling import ScheduleConfig
+from reminder_core.store._statements import json_rows, query
 from sender.complete import Recorded
 from sender.work import Decided, Outcome, SendResult, log
 
@@ -69,7 +69,7 @@ def finish_batch(
             advance_reminders(conn, advances, now=now, config=config)
             for result in replays:
                 conn.execute(
-                    query("reminder_replayed_sent"),
+                    query("reminder_complete_replayed"),
                     {"id": result.begun.occurrence.reminder_id, "now": now},
                 )
             _give_back(conn, withdrawn, now)
@@ -99,9 +99,9 @@ def _give_back(conn: Connection, withdrawn: Sequence[SendResult], now: datetime)
          "lease_token": r.begun.lease_token}
         for r in withdrawn
     ]  # fmt: skip
-    conn.execute(query("delivery_withdraw_batch"), {"rows": json_rows(keys)})
+    conn.execute(query("delivery_withdraw_many"), {"rows": json_rows(keys)})
     conn.execute(
-        query("delivery_record_batch"),
+        query("delivery_complete_many"),
         {
             "rows": json_rows(
                 {

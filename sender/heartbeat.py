@@ -11,8 +11,8 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
-from reminder_core.db.queries import json_rows, query
 from reminder_core.queue import Message, Queue
+from reminder_core.store._statements import json_rows, query
 from sender.work import log
 
 
@@ -97,7 +97,7 @@ class Heartbeat:
         if leases:
             with self._engine.begin() as conn:
                 conn.execute(
-                    query("delivery_heartbeat_batch"),
+                    query("delivery_heartbeat_many"),
                     {
                         "rows": json_rows(
                             {"id": i, "run_time_utc": r, "lease_token": t} for i, r, t in leases

@@ -11,8 +11,8 @@ from datetime import datetime
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from reminder_core.db.queries import id_array, query
 from reminder_core.domain.states import ReminderStatus
+from reminder_core.store._statements import id_array, query
 from sender.begin import still_due
 from sender.work import Begun, log
 
@@ -61,7 +61,8 @@ class Recheck:
         try:
             with self._engine.connect() as conn:
                 reminders = {
-                    r.id: r for r in conn.execute(query("reminders_send_state"), {"ids": ids})
+                    r.id: r
+                    for r in conn.execute(query("reminder_get_many_send_state"), {"ids": ids})
                 }
         except DBAPIError as exc:
             log.warning(

@@ -69,7 +69,7 @@ class Begun:
 
     Attributes:
         received: the message and its occurrence.
-        reminder: the reminder as read in the begin transaction (reminders_for_send).
+        reminder: the reminder as read in the begin transaction (reminder_get_many_for_send).
         profile: the user's profile (None: unknown user, fails permanently at send).
         zone: the zone to render and to compute the next occurrence in (None: unknown).
         chosen: aware UTC; the occurrence to send (the misfire plan may pick a later one

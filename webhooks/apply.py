@@ -17,11 +17,11 @@ from enum import StrEnum
 
 from sqlalchemy import Connection
 
-from reminder_core.db.queries import query
 from reminder_core.domain.localtime import parse_idempotency_key
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.domain.suppression import ApplyOutcome, FeedbackKind, decide_feedback
 from reminder_core.metrics import SEND_EVIDENCE
+from reminder_core.store._statements import query
 from reminder_core.suppression import apply_decision, find_delivery
 from webhooks.events import EventKind, WebhookEvent
 from webhooks.parsing import storable

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import Engine, Row
 
-from reminder_core.db.queries import query
+from reminder_core.store._statements import query
 from reminder_core.worker.loop import TickResult
 
 

@@ -26,7 +26,7 @@ class ClaimRescuer(Rescuer):
 
     claim_timeout_s: float
     name: ClassVar[str] = "reclaimed"
-    statement: ClassVar[str] = "reap_claimed"
+    statement: ClassVar[str] = "reminder_rescue_claimed"
 
     def run_once(self, now: datetime) -> TickResult:
         """Re-drive reminders claimed more than `claim_timeout_s` before `now` (aware

@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from coordinator.maintenance.base import counted
-from reminder_core.db.queries import query
 from reminder_core.delivery import advance_reminder, zone_or_none
 from reminder_core.errors import InfrastructureError
 from reminder_core.logging import delivery_fields
@@ -22,6 +21,7 @@ from reminder_core.messages import MalformedMessage, OccurrenceMessage
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.queue import DeadLetter, Queue
 from reminder_core.scheduling import ScheduleConfig
+from reminder_core.store._statements import query
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class DeadLetterRecorder:
     def _held_live(self, conn: Connection, occurrence: OccurrenceMessage, now: datetime) -> bool:
         reminder_id, run_time = occurrence.key
         held = conn.execute(
-            query("delivery_held_live"),
+            query("delivery_lock_held_live"),
             {
                 "reminder_id": reminder_id,
                 "run_time_utc": run_time,
@@ -141,11 +141,11 @@ class DeadLetterRecorder:
             "reminder_id": reminder_id, "run_time_utc": run_time, "error": error, "now": now,
         }  # fmt: skip
         failed = conn.execute(
-            query("fail_dead_letter"), {**params, "user_id": occurrence.user_id}
+            query("delivery_fail_dead_letter"), {**params, "user_id": occurrence.user_id}
         ).rowcount
-        chosen = conn.execute(query("fail_chosen_after"), params).scalars().all()
+        chosen = conn.execute(query("delivery_fail_chosen_after"), params).scalars().all()
         stored = conn.execute(
-            query("reminder_for_send"), {"reminder_id": reminder_id}
+            query("reminder_get_for_send"), {"reminder_id": reminder_id}
         ).one_or_none()
         advance_reminder(
             conn,

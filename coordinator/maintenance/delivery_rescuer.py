@@ -27,7 +27,7 @@ class DeliveryRescuer(Rescuer):
 
     abandon_after_s: float
     name: ClassVar[str] = "abandoned"
-    statement: ClassVar[str] = "abandon_sending"
+    statement: ClassVar[str] = "delivery_rescue_abandoned"
 
     def run_once(self, now: datetime) -> TickResult:
         """Record unheld, orphaned `sending` rows as failed (as sent with the provider's

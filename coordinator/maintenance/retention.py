@@ -34,8 +34,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from reminder_core.db.queries import query
 from reminder_core.metrics import RETENTION_DELETED, RETENTION_PARTITIONS
+from reminder_core.store._statements import query
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ class Retention:
                 "outbox_delete_published", "outbox", now - self.outbox_retention
             ),
             "webhook_events": self._delete_chunks(
-                "webhook_events_delete_expired",
+                "webhook_event_delete_expired",
                 "webhook_events",
                 now - self.webhook_events_retention,
             ),
@@ -191,7 +191,7 @@ class Retention:
         """The weekly partitions of delivery_log: week start (aware UTC) -> PostgreSQL's
         row estimate (-1: unknown). The default partition is not listed."""
         with self._engine.connect() as conn:
-            rows = conn.execute(query("delivery_log_partitions")).all()
+            rows = conn.execute(query("delivery_log_list_partitions")).all()
         return {r.week_start: float(r.estimated_rows) for r in rows if r.week_start is not None}
 
     def ensure_partitions(self, now: datetime) -> tuple[int, int]:
@@ -255,7 +255,7 @@ class Retention:
         try:
             with self._engine.begin() as conn:
                 conn.execute(
-                    query("retention_lock_timeout"), {"timeout": f"{self.lock_timeout_ms}ms"}
+                    query("transaction_set_lock_timeout"), {"timeout": f"{self.lock_timeout_ms}ms"}
                 )
                 return conn.execute(query(name), params).scalar_one()
         except OperationalError as exc:

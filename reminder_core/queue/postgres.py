@@ -12,9 +12,9 @@ import orjson
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from reminder_core.db.queries import id_array, json_rows, query
 from reminder_core.errors import InfrastructureError
 from reminder_core.queue.base import DeadLetter, Message, QueueDepth
+from reminder_core.store._statements import id_array, json_rows, query
 
 
 class PostgresQueue:
@@ -50,7 +50,7 @@ class PostgresQueue:
         }
         try:
             with self._engine.begin() as conn:
-                conn.execute(query("queue_send"), params)
+                conn.execute(query("queue_message_send_many"), params)
         except OperationalError as exc:
             raise InfrastructureError(f"queue send failed: {exc}") from exc
 
@@ -66,7 +66,7 @@ class PostgresQueue:
         }
         with self._engine.begin() as conn:
             rows = sorted(
-                conn.execute(query("queue_receive"), params).all(),
+                conn.execute(query("queue_message_receive"), params).all(),
                 key=lambda r: (r.created_at, r.id),
             )
         return [
@@ -84,12 +84,14 @@ class PostgresQueue:
             return
         handles = id_array(uuid.UUID(h) for h in receipt_handles)
         with self._engine.begin() as conn:
-            conn.execute(query("queue_delete"), {"queue": self.name, "handles": handles})
+            conn.execute(
+                query("queue_message_delete_many"), {"queue": self.name, "handles": handles}
+            )
 
     def change_visibility(self, receipt_handle: str, *, now: datetime, timeout_s: float) -> None:
         with self._engine.begin() as conn:
             conn.execute(
-                query("queue_change_visibility"),
+                query("queue_message_change_visibility"),
                 {
                     "queue": self.name,
                     "handle": uuid.UUID(receipt_handle),
@@ -105,7 +107,7 @@ class PostgresQueue:
             return
         with self._engine.begin() as conn:
             conn.execute(
-                query("queue_change_visibility_batch"),
+                query("queue_message_change_visibility_many"),
                 {
                     "queue": self.name,
                     "rows": json_rows(
@@ -117,7 +119,7 @@ class PostgresQueue:
 
     def depth(self, *, now: datetime) -> QueueDepth:
         with self._engine.connect() as conn:
-            row = conn.execute(query("queue_depth"), {"queue": self.name, "now": now}).one()
+            row = conn.execute(query("queue_message_depth"), {"queue": self.name, "now": now}).one()
         return QueueDepth(
             visible=row.visible, not_visible=row.not_visible, dead_lettered=row.dead_lettered
         )
@@ -142,7 +144,7 @@ class PostgresQueue:
             return
         with self._engine.begin() as conn:
             conn.execute(
-                query("dlq_mark_recorded"),
+                query("queue_message_mark_dead_recorded"),
                 {"queue": self.name, "ids": [int(i) for i in message_ids], "now": now},
             )
 
@@ -151,7 +153,7 @@ class PostgresQueue:
             return []
         with self._engine.begin() as conn:
             rows = conn.execute(
-                query("dlq_redrive"),
+                query("queue_message_redrive"),
                 {"queue": self.name, "ids": [int(i) for i in message_ids], "now": now},
             ).scalars()
             return [str(i) for i in rows]
@@ -161,15 +163,19 @@ class PostgresQueue:
             return []
         with self._engine.begin() as conn:
             if message_ids is None:
-                rows = conn.execute(query("dlq_purge_all"), {"queue": self.name}).scalars()
+                rows = conn.execute(
+                    query("queue_message_purge_dead"), {"queue": self.name}
+                ).scalars()
             else:
                 ids = [int(i) for i in message_ids]
-                rows = conn.execute(query("dlq_delete"), {"queue": self.name, "ids": ids}).scalars()
+                rows = conn.execute(
+                    query("queue_message_delete_dead"), {"queue": self.name, "ids": ids}
+                ).scalars()
             return [str(i) for i in rows]
 
 
 def _body(raw: str) -> dict[str, Any]:
-    """A message body: the JSON object `queue_receive` returns as text (orjson parses it
+    """A message body: the JSON object `queue_message_receive` returns as text (orjson parses it
     in a fraction of psycopg's json.loads; numbers beyond 64 bits, which orjson refuses,
     go through json.loads)."""
     try:

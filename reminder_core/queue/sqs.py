@@ -53,7 +53,7 @@ cannot change after the send. So:
   timestamp on the move; AWS SQS Developer Guide, "dead-letter queue retention").
 - `redrive` sends each body marked as a replay (`messages.as_replay`) to the source
   queue (visible at once, receive count starting from zero, as the PostgreSQL backend's
-  dlq_redrive), then deletes the letter. SQS's own StartMessageMoveTask is not used: it
+  queue_message_redrive), then deletes the letter. SQS's own StartMessageMoveTask is not used: it
   moves every message unchanged and cannot mark a replay.
 """
 

@@ -66,7 +66,7 @@ def test_payload_names_the_occurrence(db: Engine) -> None:
         "version": 1,
         "user_id": "alice",
     }
-    # The one codec (reminder_core/messages.py) reads what claim_due writes, and writes it
+    # The one codec (reminder_core/messages.py) reads what reminder_claim_due writes, and writes it
     # back in exactly the same shape.
     occurrence = OccurrenceMessage.decode(msg.body)
     assert occurrence == OccurrenceMessage(rid, utc(2030, 1, 1, 11, 59, 30), "alice", 1)
@@ -126,12 +126,12 @@ def test_claim_and_outbox_roll_back_together(db: Engine) -> None:
     # The claim and its outbox rows are one statement in one transaction: rolling it
     # back (a crash before commit) leaves neither.
     insert_due_reminders(db, 3, next_run_utc=NOW)
-    from reminder_core.db.queries import query
+    from reminder_core.store._statements import query
 
     with db.connect() as conn:
         trans = conn.begin()
         rows = conn.execute(
-            query("claim_due"),
+            query("reminder_claim_due"),
             {"horizon": NOW, "now": NOW, "limit": 10, "worker": "doomed"},
         ).all()
         assert len(rows) == 3

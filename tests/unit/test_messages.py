@@ -1,6 +1,6 @@
 """The occurrence message codec (reminder_core/messages.py): what a poison message is.
 
-The body's fields are those the module docstring documents (and `claim_due` writes):
+The body's fields are those the module docstring documents (and `reminder_claim_due` writes):
 reminder_id (a UUID), run_time_utc (ISO 8601 with an offset), user_id, version (an
 integer), replay (true only when redriven)."""
 

@@ -1,7 +1,8 @@
--- The PostgreSQL queue backend, with SQS semantics (visibility timeout, receive count,
--- redrive to a dead-letter queue after :max_receive_count receives).
+-- Statements on `queue_messages`, the PostgreSQL queue backend with SQS semantics
+-- (visibility timeout, receive count, redrive to a dead-letter queue after
+-- :max_receive_count receives). Typed wrappers: reminder_core/store/queue_messages.py.
 
--- name: queue_send
+-- name: queue_message_send_many
 -- One statement per batch: :bodies is a JSON array of message bodies, :delays_s the
 -- delay of each (seconds), in the same order; ids follow that order.
 INSERT INTO queue_messages (queue_name, body, visible_at, created_at)
@@ -10,7 +11,7 @@ FROM jsonb_array_elements(CAST(:bodies AS jsonb)) WITH ORDINALITY AS b(body, n)
 JOIN unnest(CAST(:delays_s AS float8[])) WITH ORDINALITY AS d(delay_s, n) USING (n)
 ORDER BY n;
 
--- name: queue_receive
+-- name: queue_message_receive
 -- Like SQS ReceiveMessage: a visible message whose receive count already reached the
 -- maximum is moved to the DLQ instead of being returned; the others become invisible for
 -- :visibility_timeout_s and get a fresh receipt handle (a stale receiver cannot delete).
@@ -36,23 +37,23 @@ FROM candidates AS c
 WHERE q.id = c.id AND c.receive_count < :max_receive_count
 RETURNING q.id, q.body::text AS body, q.receipt_handle, q.receive_count, q.created_at;
 
--- name: queue_delete
+-- name: queue_message_delete_many
 DELETE FROM queue_messages
 WHERE queue_name = :queue AND receipt_handle = ANY(CAST(:handles AS uuid[]));
 
--- name: queue_change_visibility
+-- name: queue_message_change_visibility
 UPDATE queue_messages
 SET visible_at = :now + make_interval(secs => :timeout_s)
 WHERE queue_name = :queue AND receipt_handle = :handle AND NOT dead_lettered;
 
--- name: queue_change_visibility_batch
+-- name: queue_message_change_visibility_many
 -- (receipt handle, timeout) pairs as JSON rows (queries.json_rows).
 UPDATE queue_messages AS q
 SET visible_at = :now + make_interval(secs => c.timeout_s)
 FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS c(handle uuid, timeout_s float8)
 WHERE q.queue_name = :queue AND q.receipt_handle = c.handle AND NOT q.dead_lettered;
 
--- name: queue_depth
+-- name: queue_message_depth
 SELECT
     count(*) FILTER (WHERE NOT dead_lettered AND visible_at <= :now) AS visible,
     count(*) FILTER (WHERE NOT dead_lettered AND visible_at > :now) AS not_visible,
@@ -60,14 +61,14 @@ SELECT
 FROM queue_messages
 WHERE queue_name = :queue;
 
--- name: dlq_list
+-- name: queue_message_list_dead
 SELECT id, body, receive_count, dead_lettered_at, dead_letter_recorded_at
 FROM queue_messages
 WHERE queue_name = :queue AND dead_lettered
 ORDER BY dead_lettered_at, id
 LIMIT :limit;
 
--- name: dlq_unrecorded
+-- name: queue_message_lock_dead_unrecorded
 SELECT id, body, receive_count, dead_lettered_at, dead_letter_recorded_at
 FROM queue_messages
 WHERE queue_name = :queue AND dead_lettered AND dead_letter_recorded_at IS NULL
@@ -75,12 +76,12 @@ ORDER BY dead_lettered_at, id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 
--- name: dlq_mark_recorded
+-- name: queue_message_mark_dead_recorded
 UPDATE queue_messages
 SET dead_letter_recorded_at = :now
 WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered;
 
--- name: dlq_redrive
+-- name: queue_message_redrive
 -- Back to the main queue, as SQS's DLQ redrive does: visible now, receive count reset,
 -- marked as a replay so the sender sends the occurrence even if its reminder moved on.
 UPDATE queue_messages
@@ -94,12 +95,12 @@ SET dead_lettered = false,
 WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered
 RETURNING id;
 
--- name: dlq_delete
+-- name: queue_message_delete_dead
 DELETE FROM queue_messages
 WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered
 RETURNING id;
 
--- name: dlq_purge_all
+-- name: queue_message_purge_dead
 DELETE FROM queue_messages
 WHERE queue_name = :queue AND dead_lettered
 RETURNING id;

@@ -1,4 +1,5 @@
-"""Named hot-path SQL, loaded once from `db/sql/*.sql` (procrastinate's queries.sql style).
+"""The store's named SQL statements, loaded once from `store/sql/<table>.sql` (River's
+`dbsqlc/river_job.sql`, procrastinate's queries.sql): private to `reminder_core.store`.
 
 A file holds blocks that start with a line `-- name: <query_name>`; each block is one
 statement run with bound parameters (`:now`, `:limit`, ...). Values are never formatted
@@ -24,7 +25,7 @@ _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 @cache
 def _load() -> dict[str, TextClause]:
     queries: dict[str, TextClause] = {}
-    for entry in sorted(resources.files("reminder_core.db.sql").iterdir(), key=lambda e: e.name):
+    for entry in sorted(resources.files("reminder_core.store.sql").iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue
         source = entry.read_text(encoding="utf-8")
@@ -40,7 +41,7 @@ def query(name: str) -> TextClause:
     """Return the named statement.
 
     Raises:
-        KeyError: no statement of that name exists in `db/sql/`.
+        KeyError: no statement of that name exists in `store/sql/`.
     """
     return _load()[name]
 

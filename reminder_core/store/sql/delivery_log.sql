@@ -1,18 +1,15 @@
--- The sender's state machine on delivery_log (docs/design.md, "Delivery states",
--- "Exactly once per occurrence"): the unique (reminder_id, run_time_utc) row is inserted
--- as `sending` before the provider call; only the holder of its lease (lease_token, a
--- fencing token) may complete it. delivery_log is partitioned by run_time_utc (migration
--- 0005): a statement that reaches a row by id names its run_time_utc too, so it searches
--- one partition, not all of them.
+-- Statements on `delivery_log`, the sender's state machine (docs/design.md, "Delivery
+-- states", "Exactly once per occurrence"): the unique (reminder_id, run_time_utc) row is
+-- inserted as `sending` before the provider call; only the holder of its lease
+-- (lease_token, a fencing token) may complete it. delivery_log is partitioned by
+-- run_time_utc (migration 0005): a statement that reaches a row by id names its
+-- run_time_utc too, so it searches one partition, not all of them. Set-based forms
+-- (`_many`) take one JSON array (:rows, store/_statements.json_rows) unpacked by
+-- jsonb_to_recordset; inserts keep the caller's order (the sender sorts by key), so two
+-- senders lock the same rows in the same order. Retention's partition statements call
+-- the functions of migration 0005. Typed wrappers: reminder_core/store/delivery_log.py.
 
--- name: reminder_for_send
-SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
-       start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
-       max_lateness_s
-FROM reminders
-WHERE id = :reminder_id;
-
--- name: delivery_in_flight
+-- name: delivery_get_in_flight
 -- An occurrence of this reminder already being sent (`sending`) at or after :from_utc:
 -- a retry keeps the choice an earlier attempt made.
 SELECT run_time_utc
@@ -21,10 +18,10 @@ WHERE reminder_id = :reminder_id AND status = 'sending' AND run_time_utc >= :fro
 ORDER BY run_time_utc DESC
 LIMIT 1;
 
--- name: delivery_status
+-- name: delivery_get_status
 SELECT status FROM delivery_log WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc;
 
--- name: delivery_lease_left
+-- name: delivery_get_lease_left
 -- Seconds until the lease on a `sending` row ends (NULL when nobody holds it).
 SELECT greatest(0, extract(epoch FROM locked_at + make_interval(secs => :lease_s) - :now))
 FROM delivery_log
@@ -38,29 +35,6 @@ SET provider = :provider
 WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
   AND status = 'sending';
 
--- name: reminder_lock_for_advance
--- Re-read the reminder under a row lock before moving it on, so that the next occurrence
--- is computed from its current schedule, never from a copy read before the send.
-SELECT id, user_id, timezone, rrule, status, next_run_utc, start_local, all_day, exdates,
-       dst_nonexistent, dst_ambiguous
-FROM reminders
-WHERE id = :id
-FOR UPDATE;
-
--- name: reminder_finish_occurrence
--- Move the reminder past the occurrence just handled, unless a newer user change
--- (cancel, pause, reschedule) already moved it: never overwrite a newer version
--- (docs/design.md, "A cancel or change wins"). Run after reminder_lock_for_advance in the
--- same transaction.
-UPDATE reminders
-SET status = :status,
-    next_run_utc = :next_run_utc,
-    claimed_by = NULL,
-    claimed_at = NULL,
-    last_error = :last_error,
-    updated_at = :now
-WHERE id = :id AND next_run_utc = :run_time_utc AND status IN ('claimed', 'pending');
-
 -- name: delivery_cancel_replay
 -- A replayed occurrence whose reminder was cancelled or paused meanwhile is not sent.
 UPDATE delivery_log
@@ -68,19 +42,7 @@ SET status = 'cancelled', error = :error, locked_at = NULL, lease_token = NULL, 
 WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc AND status = 'sending'
   AND locked_at IS NULL;
 
--- Set-based forms of the statements above, one statement per received batch. Rows come
--- as one JSON array (:rows, see queries.json_rows) unpacked by jsonb_to_recordset, id
--- sets as one array literal (:ids, queries.id_array). Inserts keep the caller's order (the
--- sender sorts by key), so two senders lock the same rows in the same order.
-
--- name: reminders_for_send
-SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
-       start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
-       max_lateness_s, paused_reason, suppressed_address
-FROM reminders
-WHERE id = ANY(CAST(:ids AS uuid[]));
-
--- name: delivery_begin_batch
+-- name: delivery_begin_many
 -- Take each occurrence (keys must be distinct): insert it as `sending`, or take over a
 -- `sending` row whose lease expired (its worker died) or was released after a transient
 -- error; an occurrence another worker holds under a live lease, or already terminal, is
@@ -128,7 +90,7 @@ SELECT t.id, t.lease_token, t.provider, t.provider_message_id, t.sent_at, t.reci
            AS taken_over
 FROM taken AS t;
 
--- name: delivery_record_terminal_batch
+-- name: delivery_record_terminal_many
 -- Record occurrences that end without a provider call (cancelled, superseded,
 -- suppressed, missed; keys distinct); returns the rows recorded. An occurrence that
 -- already has a row keeps it, except that a `cancelled` or `suppressed` outcome ends a
@@ -161,7 +123,7 @@ WHERE delivery_log.status = 'sending'
   AND (delivery_log.locked_at IS NULL OR delivery_log.locked_at < :lease_expired_before)
 RETURNING reminder_id, run_time_utc, status;
 
--- name: delivery_record_evidenced_sent
+-- name: delivery_record_evidenced_sent_many
 -- Occurrences of reminders their users paused while the messages were on their way
 -- (keys distinct): nothing is recorded for them (they are claimed again on resume),
 -- except that a `sending` row nobody holds that carries the provider's evidence of its
@@ -175,7 +137,7 @@ WHERE d.reminder_id = u.reminder_id AND d.run_time_utc = u.run_time_utc
   AND (d.locked_at IS NULL OR d.locked_at < :lease_expired_before)
 RETURNING d.reminder_id, d.run_time_utc;
 
--- name: delivery_record_batch
+-- name: delivery_complete_many
 -- The streaming completer's flush (sender/complete.py): record the outcome of each send,
 -- fenced by its own lease token, in one statement (autocommit: one round trip). A row
 -- whose `status` is terminal (`sent`, `failed`) is completed; one whose `status` is
@@ -233,7 +195,7 @@ WITH u AS (
 SELECT rec.id, EXISTS (SELECT 1 FROM finished AS f WHERE f.id = rec.id) AS finished
 FROM recorded AS rec;
 
--- name: delivery_recorded_at
+-- name: delivery_list_recorded_at
 -- After a flush whose commit was not acknowledged (the connection broke): which of its
 -- rows that flush did record. Only the lease holder writes a row's status, and it stamps
 -- updated_at with the flush's :now (a provider's evidence, the one other writer, stamps
@@ -245,7 +207,7 @@ JOIN jsonb_to_recordset(CAST(:rows AS jsonb))
   ON d.id = u.id AND d.run_time_utc = u.run_time_utc
 WHERE d.updated_at = :now AND d.status = u.status AND d.lease_token IS NULL;
 
--- name: delivery_heartbeat_batch
+-- name: delivery_heartbeat_many
 -- Extend the lease of every row a sender holds (with the messages' visibility timeout).
 -- A row locked right now is skipped, not waited for: it is being recorded by the
 -- sender's own completer (which would otherwise deadlock with this statement: each
@@ -265,39 +227,7 @@ FROM (
 ) AS held
 WHERE d.id = held.id AND d.run_time_utc = held.run_time_utc;
 
--- name: reminders_lock_for_advance
--- reminder_lock_for_advance for many reminders, locked in id order (no deadlock between
--- two senders advancing overlapping sets).
-SELECT id, user_id, timezone, rrule, status, next_run_utc, start_local, all_day, exdates,
-       dst_nonexistent, dst_ambiguous
-FROM reminders
-WHERE id = ANY(CAST(:ids AS uuid[]))
-ORDER BY id
-FOR UPDATE;
-
--- name: reminders_finish_occurrences
--- reminder_finish_occurrence for many reminders (each id once).
-UPDATE reminders AS r
-SET status = u.status,
-    next_run_utc = u.next_run_utc,
-    claimed_by = NULL,
-    claimed_at = NULL,
-    last_error = u.last_error,
-    updated_at = :now
-FROM jsonb_to_recordset(CAST(:rows AS jsonb))
-     AS u(id uuid, run_time_utc timestamptz, status text, next_run_utc timestamptz,
-          last_error text)
-WHERE r.id = u.id AND r.next_run_utc = u.run_time_utc AND r.status IN ('claimed', 'pending');
-
--- name: reminders_send_state
--- What a sender re-reads of its batch's reminders while the batch's sends go on: whether
--- each still wants the occurrence it was claimed for (no lock: the begin transaction
--- took the rows; this only stops sends that have not started).
-SELECT id, status, next_run_utc
-FROM reminders
-WHERE id = ANY(CAST(:ids AS uuid[]));
-
--- name: delivery_withdraw_batch
+-- name: delivery_withdraw_many
 -- Un-begin the `sending` rows of occurrences withdrawn during their batch (the reminder
 -- was cancelled, paused or rescheduled after the batch read it) that no provider call
 -- ever touched (no attempt counted, no provider recorded); fenced by the lease token. A
@@ -308,7 +238,7 @@ USING jsonb_to_recordset(CAST(:rows AS jsonb))
 WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
   AND d.status = 'sending' AND d.attempt_count = 0 AND d.provider IS NULL;
 
--- name: delivery_evidence
+-- name: delivery_get_evidence
 -- The provider's evidence (delivery_record_evidence) that it accepted this sender's
 -- email, read before an in-process retry of an ambiguous failure: if the provider took
 -- the request whose answer was lost, it is recorded from this instead of sent again.
@@ -316,3 +246,205 @@ SELECT provider, provider_message_id, sent_at
 FROM delivery_log
 WHERE id = :id AND run_time_utc = :run_time_utc AND lease_token = :lease_token
   AND status = 'sending' AND provider_message_id IS NOT NULL;
+
+-- name: delivery_rescue_abandoned
+-- `sending` rows nobody holds (lease expired or released long ago) whose reminder will
+-- not come back to them (cancelled, finished, or moved past them): recorded `failed`,
+-- or `sent` when the provider's feedback reported it accepted the email
+-- (provider_message_id written by webhooks.apply.apply_evidence).
+-- Rows that their reminder still points at are left: the next claim takes them over,
+-- a paused reminder's included (it is claimed again at that occurrence on resume).
+WITH stale AS (
+    SELECT d.id, d.run_time_utc
+    FROM delivery_log AS d
+    JOIN reminders AS r ON r.id = d.reminder_id
+    WHERE d.status = 'sending'
+      AND (d.locked_at IS NULL OR d.locked_at < :cutoff)
+      AND d.updated_at < :cutoff
+      AND (r.status NOT IN ('pending', 'claimed', 'paused')
+           OR r.next_run_utc IS NULL
+           OR r.next_run_utc > d.run_time_utc)
+    ORDER BY d.updated_at
+    LIMIT :limit
+    FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE delivery_log AS d
+SET status = CASE WHEN d.provider_message_id IS NULL THEN 'failed' ELSE 'sent' END,
+    error = CASE WHEN d.provider_message_id IS NULL
+                 THEN coalesce(d.error || '; ', '') || 'abandoned: no worker finished it'
+                 ELSE d.error END,
+    locked_at = NULL,
+    lease_token = NULL,
+    updated_at = :now
+FROM stale
+WHERE d.id = stale.id AND d.run_time_utc = stale.run_time_utc
+RETURNING d.id, d.reminder_id, d.run_time_utc, d.provider, d.attempt_count, d.status;
+
+-- name: delivery_lock_held_live
+-- A dead letter's occurrence (or a later one a sender chose for it under the misfire
+-- policy) that a worker is still sending under a live lease: the dead letter is only a
+-- duplicate of the message that worker holds, so nothing is recorded yet (the row is
+-- locked so that the check and the recording agree).
+SELECT id
+FROM delivery_log
+WHERE reminder_id = :reminder_id AND run_time_utc >= :run_time_utc
+  AND status = 'sending' AND locked_at > :lease_cutoff
+FOR UPDATE;
+
+-- name: delivery_fail_dead_letter
+-- A dead-lettered occurrence (and any later occurrence of the same reminder a sender had
+-- chosen for it under the misfire policy) ends `failed`.
+INSERT INTO delivery_log AS d
+    (reminder_id, user_id, run_time_utc, status, error, created_at, updated_at)
+VALUES (:reminder_id, :user_id, :run_time_utc, 'failed', :error, :now, :now)
+ON CONFLICT (reminder_id, run_time_utc) DO UPDATE
+SET status = 'failed',
+    error = coalesce(d.error || '; ', '') || EXCLUDED.error,
+    locked_at = NULL,
+    lease_token = NULL,
+    updated_at = EXCLUDED.updated_at
+WHERE d.status = 'sending';
+
+-- name: delivery_fail_chosen_after
+UPDATE delivery_log
+SET status = 'failed',
+    error = coalesce(error || '; ', '') || :error,
+    locked_at = NULL,
+    lease_token = NULL,
+    updated_at = :now
+WHERE reminder_id = :reminder_id AND status = 'sending' AND run_time_utc > :run_time_utc
+RETURNING run_time_utc;
+
+-- name: delivery_prepare_replay
+-- Before a dead letter is replayed: an occurrence already delivered stays as it is (not
+-- sent again); a failed or abandoned one becomes `sending` with no lease, for the sender.
+-- A row a sender holds under a live lease is left to it: the replayed message waits out
+-- that lease and then finds the outcome (clearing it let a second sender call the
+-- provider for the same key at the same time).
+UPDATE delivery_log
+SET status = 'sending',
+    locked_at = NULL,
+    lease_token = NULL,
+    error = coalesce(error || '; ', '') || 'replayed from the dead-letter queue',
+    updated_at = :now
+WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc
+  AND (status = 'failed'
+       OR (status = 'sending' AND (locked_at IS NULL OR locked_at <= :lease_cutoff)));
+
+-- name: delivery_get_by_provider_message
+-- The delivery a provider event is about (provider message ids are unique per provider;
+-- the newest row wins should one ever repeat). One index probe per partition of
+-- delivery_log: the message id says nothing of the occurrence's week.
+SELECT id, run_time_utc, user_id, status, recipient
+FROM delivery_log
+WHERE provider = :provider AND provider_message_id = :provider_message_id
+ORDER BY created_at DESC
+LIMIT 1;
+
+-- name: delivery_record_feedback
+-- A `sent` delivery becomes `bounced` or `complained`; so does a `sending` one that
+-- carries the provider's evidence of its send (delivery_record_evidence: its sender died
+-- or lost the answer, and the bounce came before anyone took it over), its lease ended
+-- (a sender still holding it finds its record fenced off and hands the message back).
+-- Any other state is left as it is (the first feedback wins; a row that was never sent
+-- has no provider message id).
+UPDATE delivery_log
+SET status = :status, error = :error, locked_at = NULL, lease_token = NULL,
+    updated_at = :now
+WHERE id = :id AND run_time_utc = :run_time_utc
+  AND (status = 'sent' OR (status = 'sending' AND provider_message_id IS NOT NULL))
+RETURNING id;
+
+-- name: delivery_suppress_replay
+-- A replayed occurrence (dead-letter redrive) whose recipient is suppressed is not sent.
+UPDATE delivery_log
+SET status = 'suppressed', recipient = :recipient, error = :error, locked_at = NULL,
+    lease_token = NULL, updated_at = :now
+WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc AND status = 'sending'
+  AND locked_at IS NULL
+RETURNING id;
+
+-- name: delivery_record_evidence
+-- A provider's webhook says it accepted (or delivered) the email of one occurrence
+-- (webhooks.apply, EventKind.ACCEPTED): write its message id, its provider and the time
+-- it accepted the email on the delivery row while that row is still `sending` (its
+-- sender has not written the answer yet, or died before it could, or lost it in a
+-- timeout), so that whoever takes the row over records it `sent` without calling the
+-- provider again (sender/begin.py). A row with its answer, or with evidence already, is
+-- left as it is (a replayed event changes nothing). The key names the run time to the
+-- second. Returns `found` (delivery rows of that occurrence) and `recorded` (0 or 1).
+WITH target AS (
+    SELECT d.id, d.run_time_utc
+    FROM delivery_log AS d
+    WHERE d.reminder_id = :reminder_id
+      AND d.run_time_utc >= CAST(:run_time_utc AS timestamptz)
+      AND d.run_time_utc < CAST(:run_time_utc AS timestamptz) + interval '1 second'
+), recorded AS (
+    UPDATE delivery_log AS d
+    SET provider = :provider,
+        provider_message_id = :provider_message_id,
+        -- the provider's time, if it lies between the row's creation (before the first
+        -- call; a minute of clock skew allowed) and now; else now
+        sent_at = CASE WHEN CAST(:accepted_at AS timestamptz)
+                            BETWEEN d.created_at - interval '1 minute'
+                                AND CAST(:now AS timestamptz)
+                       THEN CAST(:accepted_at AS timestamptz)
+                       ELSE CAST(:now AS timestamptz) END,
+        recipient = coalesce(d.recipient, nullif(:recipient, '')),
+        updated_at = :now
+    FROM target AS t
+    WHERE d.id = t.id AND d.run_time_utc = t.run_time_utc
+      AND d.status = 'sending' AND d.provider_message_id IS NULL
+    RETURNING d.id
+)
+SELECT (SELECT count(*) FROM target) AS found, (SELECT count(*) FROM recorded) AS recorded;
+
+-- name: delivery_count_failures_since
+-- Occurrences that ended failed, bounced, complained or suppressed since :since (the
+-- row's last change), per status.
+SELECT status, count(*) AS n
+FROM delivery_log
+WHERE status IN ('failed', 'bounced', 'complained', 'suppressed') AND updated_at >= :since
+GROUP BY status;
+
+-- name: delivery_lag_p99_since
+-- The 99th percentile of sent_at - run_time_utc (seconds) of the occurrences sent since
+-- :since, and how many there were (p99 is NULL when none).
+SELECT
+    percentile_cont(0.99) WITHIN GROUP (
+        ORDER BY CAST(extract(epoch FROM sent_at - run_time_utc) AS double precision)
+    ) AS p99,
+    count(*) AS n
+FROM delivery_log
+WHERE status = 'sent' AND sent_at >= :since;
+
+-- name: delivery_log_list_partitions
+-- The weekly partitions of delivery_log, oldest first: the Monday 00:00 UTC their week
+-- starts (from the name delivery_log_pYYYYMMDD; NULL for the default partition) and
+-- PostgreSQL's row estimate (-1 when never vacuumed nor analyzed).
+SELECT c.relname AS name,
+       CAST(to_date(substring(c.relname FROM '^delivery_log_p([0-9]{8})$'), 'YYYYMMDD')
+            AS timestamp) AT TIME ZONE 'UTC' AS week_start,
+       c.reltuples AS estimated_rows
+FROM pg_inherits AS i
+JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = CAST('delivery_log' AS regclass)
+ORDER BY week_start NULLS FIRST;
+
+-- name: delivery_log_create_partition
+-- NULL: it existed already; else how many rows it took over from the default partition.
+SELECT reminders_delivery_log_create_partition(:week_start) AS moved;
+
+-- name: delivery_log_drop_partition
+-- 'dropped', 'kept' (holds a `sending` row), 'recent' or 'missing'.
+SELECT reminders_delivery_log_drop_partition(:week_start, :cutoff) AS outcome;
+
+-- name: delivery_log_default_delete_expired
+-- Rows of the default partition (occurrences no weekly partition covered) older than
+-- :cutoff and terminal, at most :limit of them.
+DELETE FROM delivery_log_default
+WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM delivery_log_default
+        WHERE run_time_utc < :cutoff AND status <> 'sending'
+        LIMIT :limit))
+  AND run_time_utc < :cutoff AND status <> 'sending';

@@ -1,0 +1,265 @@
+-- Statements on `reminders` (and the ones that write another table in the same statement
+-- as a reminder's change: reminder_claim_due inserts its outbox rows; reminder_backlog reads
+-- the outbox beside). Typed wrappers: reminder_core/store/reminders.py. Time is always a
+-- bind (:now). Set-based forms (`_many`) take rows as one JSON array (:rows, see
+-- store/_statements.json_rows) unpacked by jsonb_to_recordset and id sets as one array
+-- literal (:ids, store/_statements.id_array). Reminders are always locked in id order, so
+-- no two of these statements deadlock.
+
+-- name: reminder_claim_due
+-- Claim up to :limit pending reminders due by :horizon and write one outbox row for each,
+-- in one statement (so in one transaction): a crash loses neither (docs/design.md,
+-- "Claim and outbox"). SKIP LOCKED lets several coordinators claim disjoint sets
+-- concurrently.
+WITH due AS (
+    SELECT id
+    FROM reminders
+    WHERE status = 'pending' AND next_run_utc <= :horizon
+    ORDER BY next_run_utc
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE reminders AS r
+    SET status = 'claimed', claimed_by = :worker, claimed_at = :now, updated_at = :now
+    FROM due
+    WHERE r.id = due.id
+    RETURNING r.id, r.user_id, r.next_run_utc, r.version
+)
+INSERT INTO outbox (payload, created_at)
+SELECT jsonb_build_object(
+           'reminder_id', claimed.id,
+           'run_time_utc', to_char(claimed.next_run_utc AT TIME ZONE 'UTC',
+                                   'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
+           'version', claimed.version,
+           'user_id', claimed.user_id
+       ),
+       :now
+FROM claimed
+RETURNING id, payload;
+
+-- name: reminder_rescue_claimed
+-- Re-drive reminders claimed longer ago than :cutoff (their message was lost, or their
+-- sender died for good): back to pending with the same next_run_utc. The unique delivery
+-- row keeps a second delivery of the same occurrence from being sent twice.
+WITH stuck AS (
+    SELECT id
+    FROM reminders
+    WHERE status = 'claimed' AND claimed_at < :cutoff
+    ORDER BY claimed_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE reminders AS r
+SET status = 'pending', claimed_by = NULL, claimed_at = NULL, updated_at = :now
+FROM stuck
+WHERE r.id = stuck.id
+RETURNING r.id, r.next_run_utc;
+
+-- name: reminder_get_for_send
+SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
+       start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
+       max_lateness_s
+FROM reminders
+WHERE id = :reminder_id;
+
+-- name: reminder_get_many_for_send
+SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
+       start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
+       max_lateness_s, paused_reason, suppressed_address
+FROM reminders
+WHERE id = ANY(CAST(:ids AS uuid[]));
+
+-- name: reminder_lock_for_advance
+-- Re-read the reminder under a row lock before moving it on, so that the next occurrence
+-- is computed from its current schedule, never from a copy read before the send.
+SELECT id, user_id, timezone, rrule, status, next_run_utc, start_local, all_day, exdates,
+       dst_nonexistent, dst_ambiguous
+FROM reminders
+WHERE id = :id
+FOR UPDATE;
+
+-- name: reminder_lock_many_for_advance
+-- reminder_lock_for_advance for many reminders, locked in id order (no deadlock between
+-- two senders advancing overlapping sets).
+SELECT id, user_id, timezone, rrule, status, next_run_utc, start_local, all_day, exdates,
+       dst_nonexistent, dst_ambiguous
+FROM reminders
+WHERE id = ANY(CAST(:ids AS uuid[]))
+ORDER BY id
+FOR UPDATE;
+
+-- name: reminder_advance
+-- Move the reminder past the occurrence just handled, unless a newer user change
+-- (cancel, pause, reschedule) already moved it: never overwrite a newer version
+-- (docs/design.md, "A cancel or change wins"). Run after reminder_lock_for_advance in the
+-- same transaction.
+UPDATE reminders
+SET status = :status,
+    next_run_utc = :next_run_utc,
+    claimed_by = NULL,
+    claimed_at = NULL,
+    last_error = :last_error,
+    updated_at = :now
+WHERE id = :id AND next_run_utc = :run_time_utc AND status IN ('claimed', 'pending');
+
+-- name: reminder_advance_many
+-- reminder_advance for many reminders (each id once).
+UPDATE reminders AS r
+SET status = u.status,
+    next_run_utc = u.next_run_utc,
+    claimed_by = NULL,
+    claimed_at = NULL,
+    last_error = u.last_error,
+    updated_at = :now
+FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+     AS u(id uuid, run_time_utc timestamptz, status text, next_run_utc timestamptz,
+          last_error text)
+WHERE r.id = u.id AND r.next_run_utc = u.run_time_utc AND r.status IN ('claimed', 'pending');
+
+-- name: reminder_get_many_send_state
+-- What a sender re-reads of its batch's reminders while the batch's sends go on: whether
+-- each still wants the occurrence it was claimed for (no lock: the begin transaction
+-- took the rows; this only stops sends that have not started).
+SELECT id, status, next_run_utc
+FROM reminders
+WHERE id = ANY(CAST(:ids AS uuid[]));
+
+-- name: reminder_complete_replayed
+-- A one-time reminder that failed through the dead-letter queue and was then replayed
+-- and sent is complete after all.
+UPDATE reminders
+SET status = 'completed', last_error = NULL, updated_at = :now
+WHERE id = :id AND rrule IS NULL AND status = 'failed';
+
+-- name: reminder_pause_user_for_suppression
+-- Pause the user's live reminders (their recipient is the user's address, which was just
+-- suppressed). A claimed one in flight is paused too: the sender re-reads it before
+-- sending and records that occurrence `suppressed`.
+WITH live AS (
+    SELECT id
+    FROM reminders
+    WHERE user_id = :user_id AND status IN ('pending', 'claimed')
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE reminders AS r
+SET status = 'paused',
+    claimed_by = NULL,
+    claimed_at = NULL,
+    paused_reason = :paused_reason,
+    suppressed_address = :address,
+    suppression_checked_at = NULL,
+    updated_at = :now
+FROM live
+WHERE r.id = live.id
+RETURNING r.id;
+
+-- name: reminder_suppress_at_send_many
+-- The sender refused an occurrence for a suppressed recipient (recorded `suppressed`): a
+-- recurring reminder is paused until the address changes or the entry is removed; a
+-- one-time one has nothing left to send and fails. Only a reminder still at that
+-- occurrence changes (live, or already paused by a suppression).
+WITH u AS (
+    SELECT *
+    FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+         AS u(id uuid, run_time_utc timestamptz, address text, paused_reason text, error text)
+),
+target AS (
+    SELECT r.id
+    FROM reminders AS r
+    JOIN u ON u.id = r.id
+    WHERE r.next_run_utc = u.run_time_utc
+      AND (r.status IN ('pending', 'claimed')
+           OR (r.status = 'paused' AND r.suppressed_address IS NOT NULL))
+    ORDER BY r.id
+    FOR UPDATE OF r
+)
+UPDATE reminders AS r
+SET status = CASE WHEN r.rrule IS NULL THEN 'failed' ELSE 'paused' END,
+    next_run_utc = CASE WHEN r.rrule IS NULL THEN NULL ELSE r.next_run_utc END,
+    claimed_by = NULL,
+    claimed_at = NULL,
+    paused_reason = CASE WHEN r.rrule IS NULL THEN NULL ELSE u.paused_reason END,
+    suppressed_address = CASE WHEN r.rrule IS NULL THEN NULL ELSE u.address END,
+    last_error = CASE WHEN r.rrule IS NULL THEN u.error ELSE r.last_error END,
+    updated_at = :now
+FROM target
+JOIN u ON u.id = target.id
+WHERE r.id = target.id
+RETURNING r.id, r.status;
+
+-- name: reminder_list_suppressed_to_check
+-- Reminders paused by a suppression, not checked since :checked_before, never-checked
+-- first (just paused): the maintenance workload compares their user's current address.
+SELECT id, user_id, suppressed_address
+FROM reminders
+WHERE status = 'paused' AND suppressed_address IS NOT NULL
+  AND (suppression_checked_at IS NULL OR suppression_checked_at <= :checked_before)
+ORDER BY suppression_checked_at NULLS FIRST, id
+LIMIT :limit;
+
+-- name: reminder_list_suppressed_by_address
+-- Every reminder paused because this (case-folded) address was suppressed.
+SELECT id, user_id, suppressed_address
+FROM reminders
+WHERE status = 'paused' AND suppressed_address = :email
+ORDER BY id;
+
+-- name: reminder_lock_many_suppressed
+-- Reminders about to resume, locked in id order, still paused by a suppression.
+SELECT id, user_id, timezone, rrule, next_run_utc, start_local, all_day, exdates,
+       dst_nonexistent, dst_ambiguous, suppressed_address
+FROM reminders
+WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'paused' AND suppressed_address IS NOT NULL
+ORDER BY id
+FOR UPDATE;
+
+-- name: reminder_resume_many_from_suppression
+UPDATE reminders AS r
+SET status = u.status,
+    next_run_utc = u.next_run_utc,
+    last_error = coalesce(u.last_error, r.last_error),
+    paused_reason = NULL,
+    suppressed_address = NULL,
+    suppression_checked_at = NULL,
+    updated_at = :now
+FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+     AS u(id uuid, status text, next_run_utc timestamptz, last_error text)
+WHERE r.id = u.id AND r.status = 'paused' AND r.suppressed_address IS NOT NULL
+RETURNING r.id;
+
+-- name: reminder_repoint_many_suppression
+-- The profile's address changed, but to another suppressed address: wait on that one.
+UPDATE reminders AS r
+SET suppressed_address = u.address,
+    paused_reason = u.paused_reason,
+    suppression_checked_at = :now,
+    updated_at = :now
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(id uuid, address text, paused_reason text)
+WHERE r.id = u.id AND r.status = 'paused' AND r.suppressed_address IS NOT NULL;
+
+-- name: reminder_mark_many_suppression_checked
+UPDATE reminders
+SET suppression_checked_at = :now
+WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'paused' AND suppressed_address IS NOT NULL;
+
+-- name: reminder_backlog
+-- oldest_due: the oldest next_run_utc of a due occurrence not yet delivered (the
+-- reminder is pending, or claimed and waiting in the outbox, the queue or a sender);
+-- oldest_pending: the same among reminders the coordinator has not claimed yet. The
+-- scheduler's backlog as the maintenance gauges and `reminders status` see it
+-- (docs/design.md, "Metrics"); each subquery runs on a partial index: ix_reminders_due
+-- (pending), ix_reminders_claimed (claimed, a small in-flight set), ix_outbox_unpublished.
+SELECT
+    LEAST(p.oldest, c.oldest) AS oldest_due,
+    p.oldest AS oldest_pending,
+    p.due AS due_backlog,
+    o.unpublished AS outbox_unpublished,
+    o.oldest AS outbox_oldest_unpublished
+FROM
+    (SELECT min(next_run_utc) AS oldest, count(*) AS due
+     FROM reminders WHERE status = 'pending' AND next_run_utc <= :now) AS p,
+    (SELECT min(next_run_utc) AS oldest
+     FROM reminders WHERE status = 'claimed' AND next_run_utc <= :now) AS c,
+    (SELECT min(created_at) AS oldest, count(*) AS unpublished
+     FROM outbox WHERE published_at IS NULL) AS o;
