@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 from reminder_core.metrics import PUBLISHED
 from reminder_core.outbox import message_delay_s
 from reminder_core.queue import Queue
-from reminder_core.store._statements import id_array, query
+from reminder_core.store import outbox
 from reminder_core.worker.loop import TickResult
 
 
@@ -38,19 +38,16 @@ class OutboxSweeper:
         """Publish one batch of stale unpublished rows; commit marks them published
         (reminders_outbox_published_total{path="sweeper"} counts them after the commit)."""
         with self._engine.begin() as conn:
-            rows = conn.execute(
-                query("outbox_lock_unpublished"),
-                {"older_than": now - timedelta(seconds=self.grace_s), "limit": self.batch_size},
-            ).all()
+            rows = outbox.lock_unpublished(
+                conn, older_than=now - timedelta(seconds=self.grace_s), limit=self.batch_size
+            )
             if not rows:
                 return TickResult()
-            payloads = [dict(r.payload) for r in rows]
+            payloads = [r.payload for r in rows]
             self._queue.send_batch(
                 payloads, now=now, delays_s=[message_delay_s(p, now) for p in payloads]
             )
-            conn.execute(
-                query("outbox_mark_published"), {"ids": id_array(r.id for r in rows), "now": now}
-            )
+            outbox.mark_published(conn, (r.id for r in rows), now=now)
         PUBLISHED.labels(path="sweeper").inc(len(rows))
         return TickResult(
             processed=len(rows),

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 from reminder_core.messages import run_time_of
 from reminder_core.queue import Queue
-from reminder_core.store._statements import id_array, query
+from reminder_core.store import outbox
 
 
 def message_delay_s(payload: dict[str, Any], now: datetime) -> float:
@@ -50,7 +50,5 @@ def publish_outbox_rows(
     payloads = [payload for _, payload in rows]
     queue.send_batch(payloads, now=now, delays_s=[message_delay_s(p, now) for p in payloads])
     with engine.begin() as conn:
-        conn.execute(
-            query("outbox_mark_published"), {"ids": id_array(i for i, _ in rows), "now": now}
-        )
+        outbox.mark_published(conn, (i for i, _ in rows), now=now)
     return len(rows)

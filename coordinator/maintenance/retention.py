@@ -162,7 +162,7 @@ class Retention:
         cutoff = now - self.delivery_log_retention
         deleted = {
             "delivery_log": self._delete_chunks(
-                "delivery_log_default_delete_expired", "delivery_log", cutoff
+                "delivery_delete_expired_default", "delivery_log", cutoff
             ),
             "outbox": self._delete_chunks(
                 "outbox_delete_published", "outbox", now - self.outbox_retention
@@ -191,7 +191,7 @@ class Retention:
         """The weekly partitions of delivery_log: week start (aware UTC) -> PostgreSQL's
         row estimate (-1: unknown). The default partition is not listed."""
         with self._engine.connect() as conn:
-            rows = conn.execute(query("delivery_log_list_partitions")).all()
+            rows = conn.execute(query("delivery_list_partitions")).all()
         return {r.week_start: float(r.estimated_rows) for r in rows if r.week_start is not None}
 
     def ensure_partitions(self, now: datetime) -> tuple[int, int]:
@@ -204,7 +204,7 @@ class Retention:
         for start in wanted:
             if start in existing:
                 continue
-            n = self._partition_ddl("delivery_log_create_partition", {"week_start": start})
+            n = self._partition_ddl("delivery_create_partition", {"week_start": start})
             if n is _BUSY or n is None:  # None: another maintenance process made it
                 continue
             assert isinstance(n, int)
@@ -228,7 +228,7 @@ class Retention:
             if start + WEEK > cutoff:
                 continue
             outcome = self._partition_ddl(
-                "delivery_log_drop_partition", {"week_start": start, "cutoff": cutoff}
+                "delivery_drop_partition", {"week_start": start, "cutoff": cutoff}
             )
             if outcome == "dropped":
                 dropped += 1

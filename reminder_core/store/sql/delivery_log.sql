@@ -418,7 +418,7 @@ SELECT
 FROM delivery_log
 WHERE status = 'sent' AND sent_at >= :since;
 
--- name: delivery_log_list_partitions
+-- name: delivery_list_partitions
 -- The weekly partitions of delivery_log, oldest first: the Monday 00:00 UTC their week
 -- starts (from the name delivery_log_pYYYYMMDD; NULL for the default partition) and
 -- PostgreSQL's row estimate (-1 when never vacuumed nor analyzed).
@@ -431,15 +431,15 @@ JOIN pg_class AS c ON c.oid = i.inhrelid
 WHERE i.inhparent = CAST('delivery_log' AS regclass)
 ORDER BY week_start NULLS FIRST;
 
--- name: delivery_log_create_partition
+-- name: delivery_create_partition
 -- NULL: it existed already; else how many rows it took over from the default partition.
 SELECT reminders_delivery_log_create_partition(:week_start) AS moved;
 
--- name: delivery_log_drop_partition
+-- name: delivery_drop_partition
 -- 'dropped', 'kept' (holds a `sending` row), 'recent' or 'missing'.
 SELECT reminders_delivery_log_drop_partition(:week_start, :cutoff) AS outcome;
 
--- name: delivery_log_default_delete_expired
+-- name: delivery_delete_expired_default
 -- Rows of the default partition (occurrences no weekly partition covered) older than
 -- :cutoff and terminal, at most :limit of them.
 DELETE FROM delivery_log_default
