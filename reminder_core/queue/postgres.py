@@ -125,7 +125,7 @@ class PostgresQueue:
         )
 
     def dead_letters(self, *, limit: int, unrecorded_only: bool = False) -> list[DeadLetter]:
-        name = "dlq_unrecorded" if unrecorded_only else "dlq_list"
+        name = "queue_message_lock_dead_unrecorded" if unrecorded_only else "queue_message_list_dead"
         with self._engine.begin() as conn:
             rows = conn.execute(query(name), {"queue": self.name, "limit": limit}).all()
         return [
