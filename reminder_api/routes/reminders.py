@@ -34,7 +34,7 @@ from reminder_core.errors import InvalidInput, InvalidSchedule, NotFound, Precon
 from reminder_core.profiles import Profile
 from reminder_core.scheduling import schedule_of, stored_of, zone_for
 from reminder_core.services import reminders as services
-from reminder_core.services.reminders import LIVE, ReminderDraft, ReminderEdit
+from reminder_core.services.reminders import LIVE, ReminderContent, ReminderDraft, ReminderEdit
 from reminder_core.store import delivery_log
 from reminder_core.store import reminders as store
 from reminder_core.store.reminders import ReminderRecord
@@ -163,12 +163,14 @@ def create_reminder(
     assert zone is not None  # a profile always has a zone
     draft = ReminderDraft(
         user_id=user_id,
-        title=payload.title,
-        body=payload.body,
-        schedule=stored,
-        timezone=payload.timezone,
-        misfire_policy=payload.misfire.policy,
-        max_lateness_s=payload.misfire.max_lateness_s,
+        content=ReminderContent(
+            title=payload.title,
+            body=payload.body,
+            schedule=stored,
+            timezone=payload.timezone,
+            misfire_policy=payload.misfire.policy,
+            max_lateness_s=payload.misfire.max_lateness_s,
+        ),
         client_request_id=key,
         request_fingerprint=digest,
     )
@@ -386,13 +388,16 @@ def _edit_of(payload: ReminderPatch, r: ReminderRecord, ctx: AppContext) -> Remi
             misfire_policy = payload.misfire.policy
         if "max_lateness_s" in given_misfire:
             max_lateness_s = payload.misfire.max_lateness_s
-    return ReminderEdit(
+    content = ReminderContent(
         title=payload.title if "title" in given and payload.title is not None else r.title,
         body=payload.body if "body" in given else r.body,
         schedule=stored,
         timezone=timezone,
         misfire_policy=misfire_policy,
         max_lateness_s=max_lateness_s,
+    )
+    return ReminderEdit(
+        content=content,
         schedule_changed=bool(given & SCHEDULE_FIELDS),
     )
 
@@ -478,18 +483,7 @@ def list_deliveries(
     rows = delivery_log.list_page(conn, reminder_id=reminder_id, limit=limit + 1, before=before)
     page, more = rows[:limit], len(rows) > limit
     return DeliveryPage(
-        items=[
-            DeliveryOut(
-                run_time_utc=d.run_time_utc,
-                status=d.status,
-                provider=d.provider,
-                attempt_count=d.attempt_count,
-                error=d.error,
-                sent_at=d.sent_at,
-                updated_at=d.updated_at,
-            )
-            for d in page
-        ],
+        items=[DeliveryOut.model_validate(d, from_attributes=True) for d in page],
         next_cursor=_encode_run_time(page[-1].run_time_utc) if more and page else None,
     )
 

@@ -35,40 +35,42 @@ LIVE = CANCELLABLE
 
 
 @dataclass(frozen=True, slots=True)
-class ReminderDraft:
-    """A reminder to create, validated by the caller except for its schedule rule.
+class ReminderContent:
+    """What a user writes of a reminder, validated by the caller except for its rule.
 
     Attributes:
         schedule: the stored schedule columns (parsed; the rule is compiled here).
         timezone: the reminder's fixed IANA zone, None to follow the user's profile.
         misfire_policy: "latest", "skip" or "all"; max_lateness_s: seconds.
-        client_request_id: the idempotency key, None when none was given.
-        request_fingerprint: hash of the request body (same key + other body → Conflict).
     """
 
-    user_id: str
     title: str
     body: str | None
     schedule: StoredSchedule
     timezone: str | None
     misfire_policy: str
     max_lateness_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReminderDraft:
+    """A reminder to create: its content, its owner, and its idempotency key
+    (`client_request_id`, None when none was given) with the hash of the request body
+    it came with (same key + other body → Conflict)."""
+
+    user_id: str
+    content: ReminderContent
     client_request_id: str | None
     request_fingerprint: str
 
 
 @dataclass(frozen=True, slots=True)
 class ReminderEdit:
-    """The values a reminder should have after a change (the caller merged the request
-    with the locked record); `schedule_changed` says whether `schedule` and `timezone`
-    differ from what is stored, so that next_run_utc is computed again."""
+    """The content a reminder should have after a change (the caller merged the request
+    with the locked record); `schedule_changed` says whether the schedule or the zone
+    were given, so that next_run_utc is computed again."""
 
-    title: str
-    body: str | None
-    schedule: StoredSchedule
-    timezone: str | None
-    misfire_policy: str
-    max_lateness_s: int
+    content: ReminderContent
     schedule_changed: bool
 
 
@@ -110,21 +112,22 @@ def create(
             at or after now (naming the field).
         Conflict: the idempotency key was used with another request body.
     """
-    compiled = schedule_of(draft.schedule, config)
+    content = draft.content
+    compiled = schedule_of(content.schedule, config)
     next_run = first_run(compiled, zone, now, config)
     new = NewReminder(
         user_id=draft.user_id,
-        title=draft.title,
-        body=draft.body,
-        start_local=draft.schedule.start_local,
-        all_day=draft.schedule.all_day,
-        timezone=draft.timezone,
+        title=content.title,
+        body=content.body,
+        start_local=content.schedule.start_local,
+        all_day=content.schedule.all_day,
+        timezone=content.timezone,
         rrule=compiled.rule.text if compiled.rule is not None else None,
-        exdates=draft.schedule.exdates,
-        dst_nonexistent=draft.schedule.nonexistent,
-        dst_ambiguous=draft.schedule.ambiguous,
-        misfire_policy=draft.misfire_policy,
-        max_lateness_s=draft.max_lateness_s,
+        exdates=content.schedule.exdates,
+        dst_nonexistent=content.schedule.nonexistent,
+        dst_ambiguous=content.schedule.ambiguous,
+        misfire_policy=content.misfire_policy,
+        max_lateness_s=content.max_lateness_s,
         next_run_utc=next_run,
         client_request_id=draft.client_request_id,
         request_fingerprint=draft.request_fingerprint,
@@ -166,7 +169,7 @@ def update(
     config: ScheduleConfig,
 ) -> ReminderRecord:
     """Change title, body, schedule or policies; version + 1. A schedule change
-    recomputes next_run_utc from `now` (aware UTC) in `zone(edit.timezone)` and, unless
+    recomputes next_run_utc from `now` (aware UTC) in `zone(timezone)` and, unless
     the reminder is paused, makes it `pending` again: an occurrence claimed but not yet
     sent is then recorded `cancelled` by the sender (docs/design.md, "A cancel or change
     wins"). A finished (completed or failed) reminder given a schedule with occurrences
@@ -178,25 +181,26 @@ def update(
     """
     if locked.status == ReminderStatus.CANCELLED:
         raise Conflict("reminder is cancelled; create a new one")
+    content = edit.content
     changed = dataclasses.replace(
         locked,
-        title=edit.title,
-        body=edit.body,
-        misfire_policy=edit.misfire_policy,
-        max_lateness_s=edit.max_lateness_s,
+        title=content.title,
+        body=content.body,
+        misfire_policy=content.misfire_policy,
+        max_lateness_s=content.max_lateness_s,
     )
     if edit.schedule_changed:
-        in_zone = zone(edit.timezone)
-        compiled = schedule_of(edit.schedule, config)
+        in_zone = zone(content.timezone)
+        compiled = schedule_of(content.schedule, config)
         changed = dataclasses.replace(
             changed,
-            start_local=edit.schedule.start_local,
-            all_day=edit.schedule.all_day,
+            start_local=content.schedule.start_local,
+            all_day=content.schedule.all_day,
             rrule=compiled.rule.text if compiled.rule is not None else None,
-            exdates=edit.schedule.exdates,
-            dst_nonexistent=edit.schedule.nonexistent,
-            dst_ambiguous=edit.schedule.ambiguous,
-            timezone=edit.timezone,
+            exdates=content.schedule.exdates,
+            dst_nonexistent=content.schedule.nonexistent,
+            dst_ambiguous=content.schedule.ambiguous,
+            timezone=content.timezone,
             next_run_utc=first_run(compiled, in_zone, now, config),
         )
         if locked.status != ReminderStatus.PAUSED:
