@@ -17,7 +17,6 @@ from reminder_api.errors import RequestTooLarge, install_error_handlers, problem
 from reminder_api.metrics import RequestMetrics
 from reminder_api.routes import occurrences, reminders
 from reminder_core.clock import utcnow
-from reminder_core.db.session import make_sessionmaker
 from reminder_core.profiles import ProfileSource
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
@@ -57,7 +56,6 @@ def create_app(
     app.state.ctx = AppContext(
         settings=settings,
         engine=engine,
-        sessions=make_sessionmaker(engine),
         profiles=profiles,
         clock=clock,
         jwt_key=settings.jwt_key(),

@@ -1,4 +1,4 @@
-"""Request-scoped dependencies: the app context, a database session, the current user."""
+"""Request-scoped dependencies: the app context, a database connection, the current user."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from datetime import datetime
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import Connection, Engine
 
 from reminder_core.profiles import ProfileSource
 from reminder_core.scheduling import ScheduleConfig
@@ -23,7 +22,6 @@ class AppContext:
 
     settings: Settings
     engine: Engine
-    sessions: sessionmaker[Session]
     profiles: ProfileSource
     clock: Callable[[], datetime]
     jwt_key: str
@@ -35,10 +33,11 @@ def context(request: Request) -> AppContext:
     return ctx
 
 
-def db_session(ctx: AppContext = Depends(context)) -> Iterator[Session]:
-    """A session per request; the route commits, anything else rolls back."""
-    with ctx.sessions() as session:
-        yield session
+def db_connection(ctx: AppContext = Depends(context)) -> Iterator[Connection]:
+    """A connection per request, in a transaction that the route commits; anything not
+    committed (an error) is rolled back when the connection is returned to the pool."""
+    with ctx.engine.connect() as conn:
+        yield conn
 
 
 _bearer = HTTPBearer(auto_error=False, description="JWT from `reminders token --user ID`")

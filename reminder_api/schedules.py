@@ -1,35 +1,21 @@
-"""Request schedule fields ⇄ stored columns ⇄ `Schedule`; next_run_utc and previews."""
+"""Request schedule fields → stored columns (`parse_schedule`), and previews of the
+occurrences in the API's shapes."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 from reminder_api.schemas import DstPolicy, OccurrenceList, OccurrenceOut
-from reminder_core.db.models import Reminder
 from reminder_core.domain.localtime import MAX_YEAR, MIN_YEAR, parse_start_local
-from reminder_core.domain.recurrence import Schedule, next_occurrence, preview
+from reminder_core.domain.recurrence import Schedule, preview
 from reminder_core.domain.rrule import normalize_rrule_text
-from reminder_core.domain.schedule import first_run_utc
 from reminder_core.errors import InvalidSchedule
-from reminder_core.scheduling import ScheduleConfig, build_schedule
+from reminder_core.scheduling import ScheduleConfig, StoredSchedule
 
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
-
-
-@dataclass(frozen=True, slots=True)
-class StoredSchedule:
-    """Schedule columns as stored in `reminders` (naive local values)."""
-
-    start_local: datetime
-    all_day: bool
-    rrule: str | None
-    exdates: tuple[datetime, ...]
-    nonexistent: str
-    ambiguous: str
 
 
 def parse_date(value: str, field: str) -> datetime:
@@ -73,60 +59,6 @@ def parse_schedule(
         nonexistent=dst.nonexistent,
         ambiguous=dst.ambiguous,
     )
-
-
-def stored_of(r: Reminder) -> StoredSchedule:
-    return StoredSchedule(
-        start_local=r.start_local,
-        all_day=r.all_day,
-        rrule=r.rrule,
-        exdates=tuple(r.exdates or ()),
-        nonexistent=r.dst_nonexistent,
-        ambiguous=r.dst_ambiguous,
-    )
-
-
-def schedule_of(stored: StoredSchedule, config: ScheduleConfig) -> Schedule:
-    """Raises InvalidSchedule (rrule, exdates) when the rule cannot be accepted."""
-    return build_schedule(
-        start_local=stored.start_local,
-        all_day=stored.all_day,
-        rrule=stored.rrule,
-        exdates=stored.exdates,
-        nonexistent=stored.nonexistent,
-        ambiguous=stored.ambiguous,
-        config=config,
-    )
-
-
-def first_run(
-    schedule: Schedule, zone: ZoneInfo, now: datetime, config: ScheduleConfig
-) -> datetime:
-    """next_run_utc at creation or after a schedule change: the first occurrence at or
-    after `now` (docs/design.md, "next_run_utc"), aware UTC.
-
-    Raises:
-        InvalidSchedule: one-time in the past or dropped by DST 'skip' ("start_local"); a
-            rule with no occurrence left ("rrule").
-    """
-    if schedule.rule is None:
-        return first_run_utc(
-            schedule.start_local,
-            zone,
-            now=now,
-            nonexistent=schedule.nonexistent,
-            ambiguous=schedule.ambiguous,
-        )
-    found = next_occurrence(
-        schedule, zone, now.replace(microsecond=0), inclusive=True, limits=config.limits
-    )
-    if found is None:
-        raise InvalidSchedule(
-            "rrule",
-            f"has no occurrence at or after now in {zone.key} (it ended, every occurrence is "
-            "excluded, or none falls within the next 100 years)",
-        )
-    return found
 
 
 def occurrence_list(

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, time
-from typing import cast
+from typing import Protocol, cast
 from zoneinfo import ZoneInfo
 
 from reminder_core.domain.localtime import Ambiguous, Nonexistent, load_zone
-from reminder_core.domain.recurrence import Limits, Schedule, compile_schedule
+from reminder_core.domain.recurrence import Limits, Schedule, compile_schedule, next_occurrence
+from reminder_core.domain.schedule import first_run_utc
 from reminder_core.errors import InvalidSchedule
 from reminder_core.profiles import Profile
 from reminder_core.settings import Settings
@@ -88,3 +89,93 @@ def zone_for(timezone: str | None, profile: Profile | None) -> ZoneInfo | None:
     if profile is not None:
         return load_zone(profile.timezone)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSchedule:
+    """The schedule columns of a reminder as stored in `reminders`: naive local
+    `start_local` and `exdates` (all-day: dates at 00:00), the RRULE text (None:
+    one-time) and the DST policies (docs/design.md, "Recurrence and time")."""
+
+    start_local: datetime
+    all_day: bool
+    rrule: str | None
+    exdates: tuple[datetime, ...]
+    nonexistent: str
+    ambiguous: str
+
+
+class ScheduleColumns(Protocol):
+    """A reminders row read with its schedule columns (a store record)."""
+
+    @property
+    def start_local(self) -> datetime: ...
+    @property
+    def all_day(self) -> bool: ...
+    @property
+    def rrule(self) -> str | None: ...
+    @property
+    def exdates(self) -> Sequence[datetime]: ...
+    @property
+    def dst_nonexistent(self) -> str: ...
+    @property
+    def dst_ambiguous(self) -> str: ...
+
+
+def stored_of(row: ScheduleColumns) -> StoredSchedule:
+    """The stored schedule of a reminders row: the one row → schedule conversion."""
+    return StoredSchedule(
+        start_local=row.start_local,
+        all_day=row.all_day,
+        rrule=row.rrule,
+        exdates=tuple(row.exdates or ()),
+        nonexistent=row.dst_nonexistent,
+        ambiguous=row.dst_ambiguous,
+    )
+
+
+def schedule_of(stored: StoredSchedule, config: ScheduleConfig) -> Schedule:
+    """The compiled schedule of stored columns.
+
+    Raises:
+        InvalidSchedule: ("rrule", "exdates", "dst.*") the current limits refuse it.
+    """
+    return build_schedule(
+        start_local=stored.start_local,
+        all_day=stored.all_day,
+        rrule=stored.rrule,
+        exdates=stored.exdates,
+        nonexistent=stored.nonexistent,
+        ambiguous=stored.ambiguous,
+        config=config,
+    )
+
+
+def first_run(
+    schedule: Schedule, zone: ZoneInfo, now: datetime, config: ScheduleConfig
+) -> datetime:
+    """next_run_utc at creation or after a schedule change: the first occurrence at or
+    after `now` (aware UTC) (docs/design.md, "next_run_utc"), aware UTC.
+
+    Raises:
+        InvalidSchedule: one-time in the past or dropped by DST 'skip' ("start_local"); a
+            rule with no occurrence left ("rrule").
+    """
+    if schedule.rule is None:
+        return first_run_utc(
+            schedule.start_local,
+            zone,
+            now=now,
+            nonexistent=schedule.nonexistent,
+            ambiguous=schedule.ambiguous,
+        )
+    found = next_occurrence(
+        schedule, zone, now.replace(microsecond=0), inclusive=True, limits=config.limits
+    )
+    if found is None:
+        raise InvalidSchedule(
+            "rrule",
+            f"has no occurrence at or after now in {zone.key} (it ended, every occurrence is "
+            "excluded, or none falls within the next 100 years)",
+        )
+    return found

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Depends
 
 from reminder_api.deps import AppContext, context, current_user
 from reminder_api.routes.reminders import zone_of
-from reminder_api.schedules import first_run, occurrence_list, parse_schedule, schedule_of
+from reminder_api.schedules import occurrence_list, parse_schedule
 from reminder_api.schemas import OccurrenceList, PreviewRequest
+from reminder_core.scheduling import first_run, schedule_of
 
 router = APIRouter(prefix="/v1", tags=["occurrences"])
 

@@ -13,18 +13,10 @@ from typing import Annotated
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Depends, Header, Query, Response, status
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
-from reminder_api import repository
-from reminder_api.deps import AppContext, context, current_user, db_session
-from reminder_api.schedules import (
-    first_run,
-    format_local,
-    occurrence_list,
-    parse_schedule,
-    schedule_of,
-    stored_of,
-)
+from reminder_api.deps import AppContext, context, current_user, db_connection
+from reminder_api.schedules import format_local, occurrence_list, parse_schedule
 from reminder_api.schemas import (
     MAX_REQUEST_ID,
     DeliveryOut,
@@ -37,29 +29,24 @@ from reminder_api.schemas import (
     ReminderPage,
     ReminderPatch,
 )
-from reminder_core.db.models import Reminder
-from reminder_core.domain.recurrence import next_occurrence
-from reminder_core.domain.states import DeliveryStatus, ReminderStatus
-from reminder_core.errors import (
-    Conflict,
-    InvalidInput,
-    InvalidSchedule,
-    NotFound,
-    PreconditionFailed,
-)
+from reminder_core.domain.states import ReminderStatus
+from reminder_core.errors import InvalidInput, InvalidSchedule, NotFound, PreconditionFailed
 from reminder_core.profiles import Profile
-from reminder_core.scheduling import zone_for
+from reminder_core.scheduling import schedule_of, stored_of, zone_for
+from reminder_core.services import reminders as services
+from reminder_core.services.reminders import LIVE, ReminderContent, ReminderDraft, ReminderEdit
+from reminder_core.store import delivery_log
+from reminder_core.store import reminders as store
+from reminder_core.store.reminders import ReminderRecord
 
 router = APIRouter(prefix="/v1/reminders", tags=["reminders"])
 
 User = Annotated[str, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
-Db = Annotated[Session, Depends(db_session)]
-
-LIVE = (ReminderStatus.PENDING, ReminderStatus.CLAIMED, ReminderStatus.PAUSED)
+Db = Annotated[Connection, Depends(db_connection)]
 
 
-def to_out(r: Reminder) -> ReminderOut:
+def to_out(r: ReminderRecord) -> ReminderOut:
     return ReminderOut(
         id=r.id,
         title=r.title,
@@ -71,7 +58,7 @@ def to_out(r: Reminder) -> ReminderOut:
         all_day=r.all_day,
         dst=DstPolicy(nonexistent=r.dst_nonexistent, ambiguous=r.dst_ambiguous),  # type: ignore[arg-type]
         misfire=MisfirePolicy(policy=r.misfire_policy, max_lateness_s=r.max_lateness_s),  # type: ignore[arg-type]
-        status=ReminderStatus(r.status),
+        status=r.status,
         next_run_utc=r.next_run_utc,
         version=r.version,
         client_request_id=r.client_request_id,
@@ -82,7 +69,7 @@ def to_out(r: Reminder) -> ReminderOut:
     )
 
 
-def etag(r: Reminder) -> str:
+def etag(r: ReminderRecord) -> str:
     return f'"{r.version}"'
 
 
@@ -135,7 +122,7 @@ def create_reminder(
     response: Response,
     user_id: User,
     ctx: Ctx,
-    session: Db,
+    conn: Db,
     idempotency_key: Annotated[
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=MAX_REQUEST_ID)
     ] = None,
@@ -158,9 +145,11 @@ def create_reminder(
     digest = fingerprint(payload)
 
     if key is not None:
-        existing = repository.get_by_request_id(session, user_id, key)
+        existing = services.find_replay(
+            conn, user_id=user_id, client_request_id=key, request_fingerprint=digest
+        )
         if existing is not None:
-            return _replay(existing, digest, response)
+            return _replay(existing, response)
 
     stored = parse_schedule(
         start_local=payload.start_local,
@@ -172,49 +161,29 @@ def create_reminder(
     profile = require_profile(ctx, user_id)
     zone = zone_for(payload.timezone, profile)
     assert zone is not None  # a profile always has a zone
-    config = ctx.schedule_config
-    schedule = schedule_of(stored, config)
-    now = ctx.clock()
-    next_run = first_run(schedule, zone, now, config)
-
-    created = repository.insert_reminder(
-        session,
-        {
-            "user_id": user_id,
-            "title": payload.title,
-            "body": payload.body,
-            "start_local": stored.start_local,
-            "all_day": stored.all_day,
-            "timezone": payload.timezone,
-            "rrule": schedule.rule.text if schedule.rule is not None else None,
-            "exdates": list(stored.exdates),
-            "dst_nonexistent": stored.nonexistent,
-            "dst_ambiguous": stored.ambiguous,
-            "misfire_policy": payload.misfire.policy,
-            "max_lateness_s": payload.misfire.max_lateness_s,
-            "next_run_utc": next_run,
-            "status": ReminderStatus.PENDING.value,
-            "client_request_id": key,
-            "request_fingerprint": digest,
-            "created_at": now,
-            "updated_at": now,
-        },
+    draft = ReminderDraft(
+        user_id=user_id,
+        content=ReminderContent(
+            title=payload.title,
+            body=payload.body,
+            schedule=stored,
+            timezone=payload.timezone,
+            misfire_policy=payload.misfire.policy,
+            max_lateness_s=payload.misfire.max_lateness_s,
+        ),
+        client_request_id=key,
+        request_fingerprint=digest,
     )
-    if created is None:  # a concurrent request with the same key won the race
-        session.rollback()
-        existing = repository.get_by_request_id(session, user_id, key or "")
-        if existing is None:  # pragma: no cover - the conflict implies the row exists
-            raise Conflict("idempotency key in use; retry")
-        return _replay(existing, digest, response)
-    session.commit()
-    response.headers["ETag"] = etag(created)
-    response.headers["Location"] = f"/v1/reminders/{created.id}"
-    return to_out(created)
+    created = services.create(conn, draft, zone=zone, now=ctx.clock(), config=ctx.schedule_config)
+    if created.replayed:
+        return _replay(created.reminder, response)
+    conn.commit()
+    response.headers["ETag"] = etag(created.reminder)
+    response.headers["Location"] = f"/v1/reminders/{created.reminder.id}"
+    return to_out(created.reminder)
 
 
-def _replay(existing: Reminder, digest: str, response: Response) -> ReminderOut:
-    if existing.request_fingerprint != digest:
-        raise Conflict("this idempotency key was already used with a different request body")
+def _replay(existing: ReminderRecord, response: Response) -> ReminderOut:
     response.status_code = status.HTTP_200_OK
     response.headers["Idempotent-Replayed"] = "true"
     response.headers["ETag"] = etag(existing)
@@ -222,7 +191,7 @@ def _replay(existing: Reminder, digest: str, response: Response) -> ReminderOut:
     return to_out(existing)
 
 
-def encode_cursor(r: Reminder) -> str:
+def encode_cursor(r: ReminderRecord) -> str:
     raw = f"{r.created_at.isoformat()}|{r.id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -247,14 +216,14 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 @router.get("", response_model=ReminderPage)
 def list_reminders(
     user_id: User,
-    session: Db,
+    conn: Db,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     status_: Annotated[list[ReminderStatus] | None, Query(alias="status")] = None,
 ) -> ReminderPage:
     """The user's reminders, newest first; `next_cursor` is null on the last page."""
-    after = decode_cursor(cursor) if cursor else None
-    rows = repository.list_page(session, user_id, limit=limit + 1, after=after, statuses=status_)
+    before = decode_cursor(cursor) if cursor else None
+    rows = store.list_page(conn, user_id=user_id, limit=limit + 1, before=before, statuses=status_)
     page, more = rows[:limit], len(rows) > limit
     return ReminderPage(
         items=[to_out(r) for r in page],
@@ -262,14 +231,20 @@ def list_reminders(
     )
 
 
-@router.get("/{reminder_id}", response_model=ReminderOut)
-def get_reminder(
-    reminder_id: uuid.UUID, response: Response, user_id: User, session: Db
-) -> ReminderOut:
-    """One reminder of the user; another user's id answers 404."""
-    r = repository.get(session, user_id, reminder_id)
+def _get(conn: Connection, user_id: str, reminder_id: uuid.UUID) -> ReminderRecord:
+    """The user's reminder. Raises NotFound (another user's id too)."""
+    r = store.get(conn, user_id=user_id, reminder_id=reminder_id)
     if r is None:
         raise NotFound(f"reminder {reminder_id} not found")
+    return r
+
+
+@router.get("/{reminder_id}", response_model=ReminderOut)
+def get_reminder(
+    reminder_id: uuid.UUID, response: Response, user_id: User, conn: Db
+) -> ReminderOut:
+    """One reminder of the user; another user's id answers 404."""
+    r = _get(conn, user_id, reminder_id)
     response.headers["ETag"] = etag(r)
     return to_out(r)
 
@@ -280,45 +255,35 @@ def cancel_reminder(
     response: Response,
     user_id: User,
     ctx: Ctx,
-    session: Db,
+    conn: Db,
     if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
     """Cancel the reminder: nothing more is sent (an occurrence claimed but not yet sent
     is recorded `cancelled`). Cancelling twice is fine; a finished reminder is 409. With
     `If-Match`, only if the reminder is still at that version (else 412)."""
     if if_match is not None:
-        _lock_current(session, user_id, reminder_id, if_match)
-    r = repository.cancel(session, user_id, reminder_id, ctx.clock())
-    if r is None:
-        current = repository.get(session, user_id, reminder_id)
-        if current is None:
-            raise NotFound(f"reminder {reminder_id} not found")
-        if current.status != ReminderStatus.CANCELLED:
-            raise Conflict(f"reminder is {current.status}; only live reminders can be cancelled")
-        r = current
-    else:
-        session.commit()
+        _lock_current(conn, user_id, reminder_id, if_match)
+    r = services.cancel(conn, user_id=user_id, reminder_id=reminder_id, now=ctx.clock())
+    conn.commit()
     response.headers["ETag"] = etag(r)
     return to_out(r)
 
 
 def _lock_current(
-    session: Session, user_id: str, reminder_id: uuid.UUID, if_match: str | None
-) -> Reminder:
+    conn: Connection, user_id: str, reminder_id: uuid.UUID, if_match: str | None
+) -> ReminderRecord:
     """The user's reminder, row-locked, at the version `If-Match` names (if given).
 
     Raises:
         NotFound: no such reminder for this user.
         PreconditionFailed: If-Match names another version.
     """
-    r = repository.lock(session, user_id, reminder_id)
-    if r is None:
-        raise NotFound(f"reminder {reminder_id} not found")
+    r = services.lock(conn, user_id=user_id, reminder_id=reminder_id)
     _check_if_match(if_match, r)
     return r
 
 
-def _check_if_match(if_match: str | None, r: Reminder) -> None:
+def _check_if_match(if_match: str | None, r: ReminderRecord) -> None:
     """RFC 9110 §13.1.1: a stale or unknown entity tag answers 412. If-Match uses the
     strong comparison (§8.8.3.2), so a weak tag (W/"1") never matches."""
     if if_match is None:
@@ -348,7 +313,7 @@ def update_reminder(
     response: Response,
     user_id: User,
     ctx: Ctx,
-    session: Db,
+    conn: Db,
     if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
     """Change title, body, schedule or policies; bumps the version (the ETag).
@@ -361,17 +326,37 @@ def update_reminder(
     for name in sorted(given & NOT_NULL):
         if getattr(payload, name) is None:
             raise InvalidInput(name, "must not be null")
-    r = _lock_current(session, user_id, reminder_id, if_match)
+    r = _lock_current(conn, user_id, reminder_id, if_match)
     if not given:
         response.headers["ETag"] = etag(r)
         return to_out(r)
-    if r.status == ReminderStatus.CANCELLED:
-        raise Conflict("reminder is cancelled; create a new one")
-    now = ctx.clock()
+    changed = services.update(
+        conn,
+        r,
+        _edit_of(payload, r, ctx),
+        zone=lambda timezone: zone_of(ctx, user_id, timezone),
+        now=ctx.clock(),
+        config=ctx.schedule_config,
+    )
+    conn.commit()
+    response.headers["ETag"] = etag(changed)
+    return to_out(changed)
+
+
+def _edit_of(payload: ReminderPatch, r: ReminderRecord, ctx: AppContext) -> ReminderEdit:
+    """The reminder's values after the PATCH `payload` (JSON merge patch semantics:
+    a field not given keeps its value; `dst` and `misfire` merge by sub-field).
+
+    Raises:
+        InvalidSchedule: a schedule field given cannot be parsed (naming it).
+    """
+    given = payload.model_fields_set
+    current = stored_of(r)
+    stored = current
+    timezone = r.timezone
     if given & SCHEDULE_FIELDS:
         all_day = payload.all_day if "all_day" in given else r.all_day
         assert all_day is not None
-        current = stored_of(r)
 
         def carried(value: datetime) -> str:
             # An all-day reminder turned into a timed one keeps firing at the all-day time.
@@ -396,34 +381,25 @@ def update_reminder(
             dst=dst,
         )
         timezone = payload.timezone if "timezone" in given else r.timezone
-        zone = zone_of(ctx, user_id, timezone)
-        config = ctx.schedule_config
-        schedule = schedule_of(stored, config)
-        next_run = first_run(schedule, zone, now, config)
-        r.start_local, r.all_day = stored.start_local, stored.all_day
-        r.rrule = schedule.rule.text if schedule.rule is not None else None
-        r.exdates = list(stored.exdates)
-        r.dst_nonexistent, r.dst_ambiguous = stored.nonexistent, stored.ambiguous
-        r.timezone = timezone
-        r.next_run_utc = next_run
-        if r.status != ReminderStatus.PAUSED:
-            r.status = ReminderStatus.PENDING.value
-            r.claimed_by = r.claimed_at = r.last_error = None
-    if "title" in given and payload.title is not None:
-        r.title = payload.title
-    if "body" in given:
-        r.body = payload.body
+    misfire_policy, max_lateness_s = r.misfire_policy, r.max_lateness_s
     if payload.misfire is not None:  # only the sub-fields given change
         given_misfire = payload.misfire.model_fields_set
         if "policy" in given_misfire:
-            r.misfire_policy = payload.misfire.policy
+            misfire_policy = payload.misfire.policy
         if "max_lateness_s" in given_misfire:
-            r.max_lateness_s = payload.misfire.max_lateness_s
-    r.version += 1
-    r.updated_at = now
-    session.commit()
-    response.headers["ETag"] = etag(r)
-    return to_out(r)
+            max_lateness_s = payload.misfire.max_lateness_s
+    content = ReminderContent(
+        title=payload.title if "title" in given and payload.title is not None else r.title,
+        body=payload.body if "body" in given else r.body,
+        schedule=stored,
+        timezone=timezone,
+        misfire_policy=misfire_policy,
+        max_lateness_s=max_lateness_s,
+    )
+    return ReminderEdit(
+        content=content,
+        schedule_changed=bool(given & SCHEDULE_FIELDS),
+    )
 
 
 @router.post("/{reminder_id}/pause", response_model=ReminderOut)
@@ -432,25 +408,13 @@ def pause_reminder(
     response: Response,
     user_id: User,
     ctx: Ctx,
-    session: Db,
+    conn: Db,
     if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
     """Stop sending until resumed; an occurrence claimed but not sent is not sent.
     With `If-Match`, only if the reminder is still at that version (else 412)."""
-    r = _lock_current(session, user_id, reminder_id, if_match)
-    if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED) or (
-        r.status == ReminderStatus.PAUSED and r.suppressed_address is not None
-    ):
-        # A reminder paused by a suppression becomes the user's pause: it no longer
-        # resumes by itself when the address changes.
-        r.status = ReminderStatus.PAUSED.value
-        r.claimed_by = r.claimed_at = None
-        _clear_suppression(r)
-        r.version += 1
-        r.updated_at = ctx.clock()
-        session.commit()
-    elif r.status != ReminderStatus.PAUSED:
-        raise Conflict(f"reminder is {r.status}; only live reminders can be paused")
+    r = services.pause(conn, _lock_current(conn, user_id, reminder_id, if_match), now=ctx.clock())
+    conn.commit()
     response.headers["ETag"] = etag(r)
     return to_out(r)
 
@@ -461,7 +425,7 @@ def resume_reminder(
     response: Response,
     user_id: User,
     ctx: Ctx,
-    session: Db,
+    conn: Db,
     if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
     """Send again. A recurring reminder continues with its first occurrence from now
@@ -470,27 +434,14 @@ def resume_reminder(
     the reminder is still at that version (else 412). A reminder paused by a suppression
     resumes too; while its address stays suppressed, its next occurrence is recorded
     `suppressed` and the reminder paused again."""
-    r = _lock_current(session, user_id, reminder_id, if_match)
-    if r.status in (ReminderStatus.PENDING, ReminderStatus.CLAIMED):
-        response.headers["ETag"] = etag(r)
-        return to_out(r)
-    if r.status != ReminderStatus.PAUSED:
-        raise Conflict(f"reminder is {r.status}; only paused reminders can be resumed")
-    now = ctx.clock()
-    if r.rrule is not None:
-        config = ctx.schedule_config
-        zone = zone_of(ctx, user_id, r.timezone)
-        found = next_occurrence(
-            schedule_of(stored_of(r), config), zone, now, inclusive=True, limits=config.limits
-        )
-        r.next_run_utc = found
-        r.status = (ReminderStatus.PENDING if found else ReminderStatus.COMPLETED).value
-    else:
-        r.status = ReminderStatus.PENDING.value
-    _clear_suppression(r)
-    r.version += 1
-    r.updated_at = now
-    session.commit()
+    r = services.resume(
+        conn,
+        _lock_current(conn, user_id, reminder_id, if_match),
+        zone=lambda timezone: zone_of(ctx, user_id, timezone),
+        now=ctx.clock(),
+        config=ctx.schedule_config,
+    )
+    conn.commit()
     response.headers["ETag"] = etag(r)
     return to_out(r)
 
@@ -500,15 +451,13 @@ def list_occurrences(
     reminder_id: uuid.UUID,
     user_id: User,
     ctx: Ctx,
-    session: Db,
+    conn: Db,
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> OccurrenceList:
     """The next `limit` occurrences (from next_run_utc; for a paused reminder, from now),
     each with its UTC instant, local wall time with offset and DST flags. A finished or
     cancelled reminder has none."""
-    r = repository.get(session, user_id, reminder_id)
-    if r is None:
-        raise NotFound(f"reminder {reminder_id} not found")
+    r = _get(conn, user_id, reminder_id)
     zone = zone_of(ctx, user_id, r.timezone)
     if r.status not in LIVE or r.next_run_utc is None:
         return OccurrenceList(timezone=zone.key, items=[])
@@ -518,39 +467,23 @@ def list_occurrences(
     return occurrence_list(schedule_of(stored_of(r), config), zone, after, limit, config)
 
 
-def _clear_suppression(r: Reminder) -> None:
-    r.paused_reason = r.suppressed_address = r.suppression_checked_at = None
-
-
 @router.get("/{reminder_id}/deliveries", response_model=DeliveryPage)
 def list_deliveries(
     reminder_id: uuid.UUID,
     user_id: User,
-    session: Db,
+    conn: Db,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> DeliveryPage:
     """What happened to each occurrence, newest first: its state (including `bounced`,
     `complained` and `suppressed`), provider, attempts, error and when it was sent.
     `next_cursor` is null on the last page; another user's reminder answers 404."""
-    if repository.get(session, user_id, reminder_id) is None:
-        raise NotFound(f"reminder {reminder_id} not found")
+    _get(conn, user_id, reminder_id)
     before = _decode_run_time(cursor) if cursor else None
-    rows = repository.deliveries_page(session, reminder_id, limit=limit + 1, before=before)
+    rows = delivery_log.list_page(conn, reminder_id=reminder_id, limit=limit + 1, before=before)
     page, more = rows[:limit], len(rows) > limit
     return DeliveryPage(
-        items=[
-            DeliveryOut(
-                run_time_utc=d.run_time_utc,
-                status=DeliveryStatus(d.status),
-                provider=d.provider,
-                attempt_count=d.attempt_count,
-                error=d.error,
-                sent_at=d.sent_at,
-                updated_at=d.updated_at,
-            )
-            for d in page
-        ],
+        items=[DeliveryOut.model_validate(d, from_attributes=True) for d in page],
         next_cursor=_encode_run_time(page[-1].run_time_utc) if more and page else None,
     )
 

@@ -1,1 +1,2 @@
-"""Database access: schema (models), engines and sessions, named hot-path SQL."""
+"""Database schema (SQLAlchemy models, read by Alembic), engines, migrations and the
+embedded PostgreSQL; the SQL that runs is in `reminder_core.store`."""

@@ -1,11 +1,10 @@
-"""Engines and sessions: sync SQLAlchemy 2 on psycopg 3 (docs/design.md, "Stack")."""
+"""Engines: sync SQLAlchemy 2 on psycopg 3 (docs/design.md, "Stack")."""
 
 from __future__ import annotations
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.orm import Session, sessionmaker
 
 
 def normalize_url(url: str) -> str:
@@ -46,8 +45,3 @@ def make_engine(url: str, *, pool_size: int = 5, application_name: str = "remind
             "connect_timeout": 10,
         },
     )
-
-
-def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
-    """Sessions that do not expire objects on commit (values stay readable after it)."""
-    return sessionmaker(engine, expire_on_commit=False)

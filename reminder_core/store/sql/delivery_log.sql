@@ -9,6 +9,15 @@
 -- senders lock the same rows in the same order. Retention's partition statements call
 -- the functions of migration 0005. Typed wrappers: reminder_core/store/delivery_log.py.
 
+-- name: delivery_list_page
+-- Up to :limit delivery rows of one reminder, newest occurrence first, strictly before
+-- :before (run_time_utc is unique per reminder, so it is the cursor).
+SELECT run_time_utc, status, provider, attempt_count, error, sent_at, updated_at
+FROM delivery_log
+WHERE reminder_id = :reminder_id AND run_time_utc < :before
+ORDER BY run_time_utc DESC
+LIMIT :limit;
+
 -- name: delivery_get_in_flight
 -- An occurrence of this reminder already being sent (`sending`) at or after :from_utc:
 -- a retry keeps the choice an earlier attempt made.

@@ -6,6 +6,83 @@
 -- literal (:ids, store/_statements.id_array). Reminders are always locked in id order, so
 -- no two of these statements deadlock.
 
+-- name: reminder_get
+-- The user's reminder (another user's id finds nothing).
+SELECT * FROM reminders WHERE id = :id AND user_id = :user_id;
+
+-- name: reminder_lock
+-- reminder_get, row-locked until the caller's transaction ends: a change computed from it
+-- is written before anyone else reads it.
+SELECT * FROM reminders WHERE id = :id AND user_id = :user_id FOR UPDATE;
+
+-- name: reminder_get_by_request_id
+-- The reminder this user created with this idempotency key.
+SELECT * FROM reminders WHERE user_id = :user_id AND client_request_id = :client_request_id;
+
+-- name: reminder_insert
+-- Create one reminder; nothing back when (user_id, client_request_id) exists already (an
+-- idempotent retry, or a concurrent request with the same key: the insert waits for it).
+INSERT INTO reminders
+    (user_id, title, body, start_local, all_day, timezone, rrule, exdates, dst_nonexistent,
+     dst_ambiguous, misfire_policy, max_lateness_s, next_run_utc, status, client_request_id,
+     request_fingerprint, created_at, updated_at)
+VALUES
+    (:user_id, :title, :body, :start_local, :all_day, :timezone, :rrule,
+     CAST(:exdates AS timestamp[]), :dst_nonexistent, :dst_ambiguous, :misfire_policy,
+     :max_lateness_s, :next_run_utc, 'pending', :client_request_id, :request_fingerprint,
+     :now, :now)
+ON CONFLICT (user_id, client_request_id) DO NOTHING
+RETURNING *;
+
+-- name: reminder_list_page
+-- Up to :limit of the user's reminders with one of :statuses, newest first, strictly
+-- before the cursor (:before_created_at, :before_id) (ix_reminders_user_created).
+SELECT *
+FROM reminders
+WHERE user_id = :user_id
+  AND (created_at, id) < (:before_created_at, :before_id)
+  AND status = ANY(CAST(:statuses AS text[]))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+
+-- name: reminder_update
+-- Write a change the caller computed from the row it locked (reminder_lock) and bump the
+-- version; nothing back when the row is no longer at :version.
+UPDATE reminders
+SET title = :title,
+    body = :body,
+    start_local = :start_local,
+    all_day = :all_day,
+    timezone = :timezone,
+    rrule = :rrule,
+    exdates = CAST(:exdates AS timestamp[]),
+    dst_nonexistent = :dst_nonexistent,
+    dst_ambiguous = :dst_ambiguous,
+    misfire_policy = :misfire_policy,
+    max_lateness_s = :max_lateness_s,
+    next_run_utc = :next_run_utc,
+    status = :status,
+    claimed_by = :claimed_by,
+    claimed_at = :claimed_at,
+    last_error = :last_error,
+    paused_reason = :paused_reason,
+    suppressed_address = :suppressed_address,
+    suppression_checked_at = :suppression_checked_at,
+    version = version + 1,
+    updated_at = :now
+WHERE id = :id AND version = :version
+RETURNING *;
+
+-- name: reminder_cancel
+-- Cancel a live reminder (pending, claimed or paused) and bump its version; an occurrence
+-- claimed but not sent is then recorded `cancelled` by the sender (docs/design.md, "A
+-- cancel or change wins"). Nothing back when it was not live.
+UPDATE reminders
+SET status = 'cancelled', next_run_utc = NULL, claimed_by = NULL, claimed_at = NULL,
+    version = version + 1, updated_at = :now
+WHERE id = :id AND user_id = :user_id AND status IN ('pending', 'claimed', 'paused')
+RETURNING *;
+
 -- name: reminder_claim_due
 -- Claim up to :limit pending reminders due by :horizon and write one outbox row for each,
 -- in one statement (so in one transaction): a crash loses neither (docs/design.md,
