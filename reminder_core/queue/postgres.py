@@ -125,7 +125,9 @@ class PostgresQueue:
         )
 
     def dead_letters(self, *, limit: int, unrecorded_only: bool = False) -> list[DeadLetter]:
-        name = "queue_message_lock_dead_unrecorded" if unrecorded_only else "queue_message_list_dead"
+        name = (
+            "queue_message_lock_dead_unrecorded" if unrecorded_only else "queue_message_list_dead"
+        )
         with self._engine.begin() as conn:
             rows = conn.execute(query(name), {"queue": self.name, "limit": limit}).all()
         return [
