@@ -7,16 +7,15 @@ in short transactions of its own, never holding one open across a profile lookup
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, Engine, Row
+from sqlalchemy import Connection, Engine
 
 from reminder_core.delivery import schedule_of_row, zone_or_none
 from reminder_core.domain.recurrence import next_occurrence
@@ -34,22 +33,17 @@ from reminder_core.domain.suppression import (
 from reminder_core.errors import InfrastructureError, InvalidSchedule
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.scheduling import ScheduleConfig
-from reminder_core.store._statements import id_array, json_rows, query
+from reminder_core.store import delivery_log, reminders, suppressions, webhook_events
+from reminder_core.store.delivery_log import DeliveryRef
+from reminder_core.store.reminders import (
+    SendRefusal,
+    SuppressedForResume,
+    SuppressionRepoint,
+    SuppressionResume,
+)
+from reminder_core.store.suppressions import SuppressionEntry
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryRef:
-    """The delivery a provider event is about (columns of delivery_get_by_provider_message);
-    (id, run_time_utc) is the row's primary key (delivery_log is partitioned by
-    run_time_utc)."""
-
-    id: uuid.UUID
-    run_time_utc: datetime
-    user_id: str
-    status: str
-    recipient: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,18 +71,8 @@ def find_delivery(
     """The delivery row whose (provider, provider_message_id) is this, or None."""
     if not provider_message_id:
         return None
-    row = conn.execute(
-        query("delivery_get_by_provider_message"),
-        {"provider": provider, "provider_message_id": provider_message_id},
-    ).one_or_none()
-    if row is None:
-        return None
-    return DeliveryRef(
-        id=row.id,
-        run_time_utc=row.run_time_utc,
-        user_id=row.user_id,
-        status=row.status,
-        recipient=row.recipient,
+    return delivery_log.get_by_provider_message(
+        conn, provider=provider, provider_message_id=provider_message_id
     )
 
 
@@ -119,56 +103,46 @@ def apply_decision(
         return Effects()
     status: DeliveryStatus | None = None
     if decision.delivery_status is not None:
-        changed = conn.execute(
-            query("delivery_record_feedback"),
-            {
-                "id": delivery.id,
-                "run_time_utc": delivery.run_time_utc,
-                "status": decision.delivery_status.value,
-                "error": f"{kind.value.replace('_', ' ')}: {reason}",
-                "now": now,
-            },
-        ).first()
-        status = decision.delivery_status if changed is not None else None
+        changed = delivery_log.record_feedback(
+            conn,
+            delivery_id=delivery.id,
+            run_time_utc=delivery.run_time_utc,
+            status=decision.delivery_status,
+            error=f"{kind.value.replace('_', ' ')}: {reason}",
+            now=now,
+        )
+        status = decision.delivery_status if changed else None
     if decision.suppress is None:
         return Effects(delivery_status=status)
     address = normalize_address(recipient)
-    added = conn.execute(
-        query("suppression_add"),
-        {
-            "email": address,
-            "reason": decision.suppress.value,
-            "provider": provider,
-            "source_event_id": event_id,
-            "detail": reason,
-            "now": now,
-        },
-    ).first()
-    paused = conn.execute(
-        query("reminder_pause_user_for_suppression"),
-        {
-            "user_id": delivery.user_id,
-            "address": address,
-            "paused_reason": pause_reason(decision.suppress),
-            "now": now,
-        },
-    ).scalars()
+    added = suppressions.add(
+        conn,
+        email=address,
+        reason=decision.suppress,
+        provider=provider,
+        source_event_id=event_id,
+        detail=reason,
+        now=now,
+    )
+    paused = reminders.pause_user_for_suppression(
+        conn,
+        user_id=delivery.user_id,
+        address=address,
+        paused_reason=pause_reason(decision.suppress),
+        now=now,
+    )
     return Effects(
         delivery_status=status,
         suppressed_address=address,
-        newly_suppressed=added is not None,
-        paused_reminder_ids=tuple(sorted(paused)),
+        newly_suppressed=added,
+        paused_reminder_ids=tuple(paused),
     )
 
 
-def suppressed_among(conn: Connection, addresses: Iterable[str]) -> dict[str, str]:
+def suppressed_among(conn: Connection, addresses: Iterable[str]) -> dict[str, SuppressionReason]:
     """{case-folded address: reason} for those of `addresses` (case-folded already) that
     are on the suppression list; one statement."""
-    wanted = sorted(set(addresses))
-    if not wanted:
-        return {}
-    rows = conn.execute(query("suppression_list_among"), {"emails": json.dumps(wanted)})
-    return {r.email: r.reason for r in rows}
+    return suppressions.list_among(conn, addresses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +173,23 @@ def refusals(conn: Connection, emails: Iterable[str]) -> dict[str, Refusal]:
     }
 
 
-def paused_refusal(reminder: Row[Any], run_time_utc: datetime) -> Refusal | None:
+class PausedState(Protocol):
+    """The columns of a reminder that `paused_refusal` reads (a reminder as the sender
+    read it for sending)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def next_run_utc(self) -> datetime | None: ...
+    @property
+    def paused_reason(self) -> str | None: ...
+    @property
+    def suppressed_address(self) -> str | None: ...
+
+
+def paused_refusal(reminder: PausedState, run_time_utc: datetime) -> Refusal | None:
     """The Refusal of an occurrence whose reminder a suppression paused after it was
-    claimed (columns of reminder_get_many_for_send), None when it was not paused that way."""
+    claimed (`run_time_utc` aware UTC), None when it was not paused that way."""
     if (
         reminder.status != ReminderStatus.PAUSED
         or reminder.suppressed_address is None
@@ -215,7 +203,7 @@ def paused_refusal(reminder: Row[Any], run_time_utc: datetime) -> Refusal | None
     )
 
 
-def _refusal(address: str, reason: str) -> Refusal:
+def _refusal(address: str, reason: SuppressionReason) -> Refusal:
     return Refusal(
         address=address,
         error=f"not sent: {address} is on the suppression list ({reason})",
@@ -239,21 +227,16 @@ def record_refusals(
         reminder id -> new status, for the reminders that changed.
     """
     rows = [
-        {
-            "id": rid,
-            "run_time_utc": run_time,
-            "address": r.address,
-            "paused_reason": r.paused_reason,
-            "error": r.error,
-        }
+        SendRefusal(
+            id=rid,
+            run_time_utc=run_time,
+            address=r.address,
+            paused_reason=r.paused_reason,
+            error=r.error,
+        )
         for rid, run_time, r in refused
     ]
-    if not rows:
-        return {}
-    changed = conn.execute(
-        query("reminder_suppress_at_send_many"), {"rows": json_rows(rows), "now": now}
-    )
-    return {r.id: ReminderStatus(r.status) for r in changed}
+    return reminders.suppress_at_send_many(conn, rows, now=now)
 
 
 def suppress_replay(
@@ -267,15 +250,13 @@ def suppress_replay(
 ) -> None:
     """Record a replayed (dead-letter redriven) occurrence `suppressed` instead of sending
     it; its unleased `sending` row ends. In the caller's transaction."""
-    conn.execute(
-        query("delivery_suppress_replay"),
-        {
-            "reminder_id": reminder_id,
-            "run_time_utc": run_time_utc,
-            "recipient": recipient,
-            "error": refusal.error,
-            "now": now,
-        },
+    delivery_log.suppress_replay(
+        conn,
+        reminder_id=reminder_id,
+        run_time_utc=run_time_utc,
+        recipient=recipient,
+        error=refusal.error,
+        now=now,
     )
 
 
@@ -283,7 +264,7 @@ def suppress_replay(
 
 
 def resume_plan(
-    row: Row[Any], zone: ZoneInfo | None, now: datetime, config: ScheduleConfig
+    row: SuppressedForResume, zone: ZoneInfo | None, now: datetime, config: ScheduleConfig
 ) -> tuple[ReminderStatus, datetime | None, str | None] | None:
     """Where a paused reminder goes when its suppression ends: (status, next_run_utc,
     last_error), or None when that cannot be decided now (a recurring reminder with no
@@ -301,9 +282,10 @@ def resume_plan(
     if zone is None:
         return None
     try:
-        found = next_occurrence(
-            schedule_of_row(row, config), zone, now, inclusive=True, limits=config.limits
-        )
+        # schedule_of_row reads the columns by name; its signature is widened to the
+        # store's reminder dataclasses when the row -> schedule conversions are unified
+        schedule = schedule_of_row(row, config)  # type: ignore[arg-type]
+        found = next_occurrence(schedule, zone, now, inclusive=True, limits=config.limits)
     except InvalidSchedule as exc:
         return ReminderStatus.FAILED, None, f"cannot compute the next occurrence: {exc}"
     if found is None:
@@ -330,13 +312,8 @@ def resume_reminders(
         The ids resumed (now `pending`, or `completed` / `failed` when the rule ended or
         broke), ascending. Side effects: one locking read, one update.
     """
-    if not reminder_ids:
-        return []
-    rows = conn.execute(
-        query("reminder_lock_many_suppressed"), {"ids": id_array(sorted(reminder_ids))}
-    ).all()
-    updates = []
-    for row in rows:
+    updates: list[SuppressionResume] = []
+    for row in reminders.lock_many_suppressed(conn, reminder_ids):
         planned = resume_plan(
             row, zone_or_none(row.timezone, profiles.get(row.user_id)), now, config
         )
@@ -345,14 +322,9 @@ def resume_reminders(
             continue
         status, next_run, error = planned
         updates.append(
-            {"id": row.id, "status": status.value, "next_run_utc": next_run, "last_error": error}
+            SuppressionResume(id=row.id, status=status, next_run_utc=next_run, last_error=error)
         )
-    if not updates:
-        return []
-    resumed = conn.execute(
-        query("reminder_resume_many_from_suppression"), {"rows": json_rows(updates), "now": now}
-    ).scalars()
-    return sorted(resumed)
+    return reminders.resume_many_from_suppression(conn, updates, now=now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,10 +359,9 @@ def recheck_paused(
     Side effects: see `resume_reminders`; the others get `suppression_checked_at = now`.
     """
     with engine.begin() as conn:
-        rows = conn.execute(
-            query("reminder_list_suppressed_to_check"),
-            {"checked_before": now - timedelta(seconds=recheck_interval_s), "limit": limit},
-        ).all()
+        rows = reminders.list_suppressed_to_check(
+            conn, checked_before=now - timedelta(seconds=recheck_interval_s), limit=limit
+        )
     if not rows:
         return RecheckResult()
     found: dict[str, Profile | None] = {}
@@ -402,7 +373,7 @@ def recheck_paused(
             log.warning("cannot read the profile of %s to recheck a suppression: %s", user_id, exc)
             failed.add(user_id)
     resume: list[uuid.UUID] = []
-    repoint: list[dict[str, object]] = []
+    repoint: list[SuppressionRepoint] = []
     checked: list[uuid.UUID] = []
     with engine.begin() as conn:
         new_addresses = {_normalized(p.email) for p in found.values() if p is not None}
@@ -423,23 +394,16 @@ def recheck_paused(
             if decision.action is ResumeAction.REPOINT:
                 assert decision.address is not None
                 repoint.append(
-                    {
-                        "id": r.id,
-                        "address": decision.address,
-                        "paused_reason": pause_reason(listed[decision.address]),
-                    }
+                    SuppressionRepoint(
+                        id=r.id,
+                        address=decision.address,
+                        paused_reason=pause_reason(listed[decision.address]),
+                    )
                 )
         resumed = resume_reminders(conn, resume, found, now=now, config=config)
         checked += sorted(set(resume) - set(resumed))  # no zone yet: try after the interval
-        if repoint:
-            conn.execute(
-                query("reminder_repoint_many_suppression"), {"rows": json_rows(repoint), "now": now}
-            )
-        if checked:
-            conn.execute(
-                query("reminder_mark_many_suppression_checked"),
-                {"ids": id_array(checked), "now": now},
-            )
+        reminders.repoint_many_suppression(conn, repoint, now=now)
+        reminders.mark_many_suppression_checked(conn, checked, now=now)
     if resumed:
         log.info("resumed %d reminders paused by a suppression", len(resumed))
     return RecheckResult(
@@ -460,33 +424,9 @@ def _normalized(address: str) -> str | None:
 # --- the operator's view: list and remove ---------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SuppressionEntry:
-    """One row of the suppression list, with the reminders it holds paused."""
-
-    email: str
-    reason: SuppressionReason
-    provider: str | None
-    source_event_id: str | None
-    detail: str | None
-    created_at: datetime
-    paused: int
-
-
 def list_suppressions(conn: Connection, *, limit: int) -> list[SuppressionEntry]:
     """Up to `limit` entries, newest first."""
-    return [
-        SuppressionEntry(
-            email=r.email,
-            reason=SuppressionReason(r.reason),
-            provider=r.provider,
-            source_event_id=r.source_event_id,
-            detail=r.detail,
-            created_at=r.created_at,
-            paused=r.paused,
-        )
-        for r in conn.execute(query("suppression_list"), {"limit": limit})
-    ]
+    return suppressions.list_newest(conn, limit=limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,9 +459,7 @@ def remove_suppression(
     """
     address = normalize_address(email)
     with engine.begin() as conn:
-        paused = conn.execute(
-            query("reminder_list_suppressed_by_address"), {"email": address}
-        ).all()
+        paused = reminders.list_suppressed_by_address(conn, email=address)
     found: dict[str, Profile | None] = {}
     for user_id in sorted({r.user_id for r in paused}):
         try:
@@ -529,7 +467,7 @@ def remove_suppression(
         except InfrastructureError as exc:
             log.warning("cannot read the profile of %s: %s", user_id, exc)
     with engine.begin() as conn:
-        removed = conn.execute(query("suppression_remove"), {"email": address}).first()
+        removed = suppressions.remove(conn, email=address)
         resumed = resume_reminders(
             conn,
             [r.id for r in paused if r.user_id in found],
@@ -538,7 +476,7 @@ def remove_suppression(
             config=config,
         )
     return RemoveResult(
-        removed=removed is not None, resumed=len(resumed), left_paused=len(paused) - len(resumed)
+        removed=removed, resumed=len(resumed), left_paused=len(paused) - len(resumed)
     )
 
 
@@ -553,31 +491,26 @@ def rematch_unmatched(conn: Connection, *, now: datetime, since: datetime, limit
     Returns:
         How many events were applied (their outcome is now `recorded` or `suppressed`).
     """
-    rows = conn.execute(
-        query("webhook_event_lock_rematchable"), {"since": since, "limit": limit}
-    ).all()
+    rows = webhook_events.lock_rematchable(conn, since=since, limit=limit)
     for r in rows:
-        kind = FeedbackKind(r.kind)
-        decision = decide_feedback(kind, delivery_found=True)
+        decision = decide_feedback(r.kind, delivery_found=True)
         apply_decision(
             conn,
             decision,
             DeliveryRef(r.delivery_id, r.delivery_run_time_utc, r.user_id, r.delivery_status, None),
-            kind=kind,
+            kind=r.kind,
             recipient=r.recipient,
             reason=r.reason,
             provider=r.provider,
             event_id=r.event_id,
             now=now,
         )
-        conn.execute(
-            query("webhook_event_mark_matched"),
-            {
-                "id": r.id,
-                "outcome": decision.outcome.value,
-                "delivery_id": r.delivery_id,
-                "now": now,
-            },
+        webhook_events.mark_matched(
+            conn,
+            event_row_id=r.id,
+            outcome=decision.outcome,
+            delivery_id=r.delivery_id,
+            now=now,
         )
     if rows:
         log.info("applied %d provider events that arrived before their delivery", len(rows))
@@ -587,6 +520,7 @@ def rematch_unmatched(conn: Connection, *, now: datetime, since: datetime, limit
 __all__ = [
     "DeliveryRef",
     "Effects",
+    "PausedState",
     "RecheckResult",
     "Refusal",
     "RemoveResult",

@@ -21,7 +21,7 @@ from reminder_core.domain.localtime import parse_idempotency_key
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.domain.suppression import ApplyOutcome, FeedbackKind, decide_feedback
 from reminder_core.metrics import SEND_EVIDENCE
-from reminder_core.store._statements import query
+from reminder_core.store import delivery_log, webhook_events
 from reminder_core.suppression import apply_decision, find_delivery
 from webhooks.events import EventKind, WebhookEvent
 from webhooks.parsing import storable
@@ -106,23 +106,21 @@ def apply_event(
     if decision.suppress is not None and not recipient:
         raise ValueError(f"{kind.value} event {event.event_id!r} names no recipient")
     applied = delivery is not None
-    event_row_id = conn.execute(
-        query("webhook_event_insert"),
-        {
-            "provider": event.provider,
-            "event_id": event.event_id,
-            "kind": kind.value,
-            "provider_message_id": event.provider_message_id,
-            "recipient": event.recipient,
-            "reason": event.reason,
-            "occurred_at": event.occurred_at,
-            "now": now,
-            "raw_body": _text(raw_body),
-            "outcome": decision.outcome.value,
-            "delivery_id": delivery.id if delivery else None,
-            "applied_at": now if applied else None,
-        },
-    ).scalar_one_or_none()
+    event_row_id = webhook_events.insert(
+        conn,
+        provider=event.provider,
+        event_id=event.event_id,
+        kind=kind,
+        provider_message_id=event.provider_message_id,
+        recipient=event.recipient,
+        reason=event.reason,
+        occurred_at=event.occurred_at,
+        raw_body=_text(raw_body),
+        outcome=decision.outcome,
+        delivery_id=delivery.id if delivery else None,
+        applied_at=now if applied else None,
+        now=now,
+    )
     if event_row_id is None:
         return ApplyResult(ApplyOutcome.DUPLICATE)
     if delivery is None:
@@ -195,21 +193,19 @@ def apply_evidence(conn: Connection, event: WebhookEvent, *, now: datetime) -> E
     outcome = Evidence.UNKNOWN
     if occurrence is not None:
         reminder_id, run_time_utc = occurrence
-        row = conn.execute(
-            query("delivery_record_evidence"),
-            {
-                "reminder_id": reminder_id,
-                "run_time_utc": run_time_utc,
-                "provider": storable(event.provider),
-                "provider_message_id": storable(event.provider_message_id),
-                "accepted_at": event.occurred_at,
-                "recipient": storable(event.recipient),
-                "now": now,
-            },
-        ).one()
-        if row.recorded:
+        written = delivery_log.record_evidence(
+            conn,
+            reminder_id=uuid.UUID(reminder_id),  # the key's id is 8-4-4-4-12 hex
+            run_time_utc=run_time_utc,
+            provider=storable(event.provider),
+            provider_message_id=storable(event.provider_message_id),
+            accepted_at=event.occurred_at,
+            recipient=storable(event.recipient),
+            now=now,
+        )
+        if written.recorded:
             outcome = Evidence.RECORDED
-        elif row.found:
+        elif written.found:
             outcome = Evidence.KNOWN
     SEND_EVIDENCE.labels(provider=event.provider, outcome=outcome.value).inc()
     return outcome

@@ -77,4 +77,129 @@ def list_page(
 # --- Provider feedback and evidence ------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class DeliveryRef:
+    """The delivery a provider event is about; (id, run_time_utc) is the row's primary key
+    (delivery_log is partitioned by run_time_utc, aware UTC). `recipient` is None when the
+    row recorded none (or, for a rematched event, was not read)."""
+
+    id: uuid.UUID
+    run_time_utc: datetime
+    user_id: str
+    status: DeliveryStatus
+    recipient: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceWrite:
+    """What `record_evidence` found: `found` delivery rows of the occurrence (0 when it is
+    not ours, or was removed by retention) and whether the evidence was `recorded`."""
+
+    found: int
+    recorded: bool
+
+
+def get_by_provider_message(
+    conn: Connection, *, provider: str, provider_message_id: str
+) -> DeliveryRef | None:
+    """The delivery row whose (provider, provider_message_id) this is (the newest should
+    one ever repeat), or None (`delivery_get_by_provider_message`). No lock."""
+    row = conn.execute(
+        query("delivery_get_by_provider_message"),
+        {"provider": provider, "provider_message_id": provider_message_id},
+    ).one_or_none()
+    if row is None:
+        return None
+    return DeliveryRef(
+        id=row.id,
+        run_time_utc=row.run_time_utc,
+        user_id=row.user_id,
+        status=DeliveryStatus(row.status),
+        recipient=row.recipient,
+    )
+
+
+def record_feedback(
+    conn: Connection,
+    *,
+    delivery_id: uuid.UUID,
+    run_time_utc: datetime,
+    status: DeliveryStatus,
+    error: str,
+    now: datetime,
+) -> bool:
+    """Set the delivery (`delivery_id`, `run_time_utc`) to `status` (`bounced` /
+    `complained`) with `error`, its lease cleared, `updated_at = now` (aware UTC), if it is
+    `sent`, or `sending` with the provider's evidence (`delivery_record_feedback`). Returns
+    False when it was in another state and nothing changed (the first feedback wins)."""
+    changed = conn.execute(
+        query("delivery_record_feedback"),
+        {
+            "id": delivery_id,
+            "run_time_utc": run_time_utc,
+            "status": status.value,
+            "error": error,
+            "now": now,
+        },
+    ).first()
+    return changed is not None
+
+
+def suppress_replay(
+    conn: Connection,
+    *,
+    reminder_id: uuid.UUID,
+    run_time_utc: datetime,
+    recipient: str,
+    error: str,
+    now: datetime,
+) -> bool:
+    """Record the unleased `sending` row of a replayed occurrence (`run_time_utc` aware
+    UTC) `suppressed`, with `recipient` and `error`, `updated_at = now`
+    (`delivery_suppress_replay`). Returns False when no such row was there."""
+    changed = conn.execute(
+        query("delivery_suppress_replay"),
+        {
+            "reminder_id": reminder_id,
+            "run_time_utc": run_time_utc,
+            "recipient": recipient,
+            "error": error,
+            "now": now,
+        },
+    ).first()
+    return changed is not None
+
+
+def record_evidence(
+    conn: Connection,
+    *,
+    reminder_id: uuid.UUID,
+    run_time_utc: datetime,
+    provider: str,
+    provider_message_id: str,
+    accepted_at: datetime | None,
+    recipient: str,
+    now: datetime,
+) -> EvidenceWrite:
+    """Write the provider's evidence of a send on the occurrence's delivery row while it is
+    `sending` without a message id: `provider`, `provider_message_id`, `sent_at =
+    accepted_at` (aware UTC; `now` when None or outside the row's creation and `now`), the
+    `recipient` if the row has none ('' for none), `updated_at = now`
+    (`delivery_record_evidence`). The occurrence is matched to the second of `run_time_utc`
+    (an idempotency key's precision)."""
+    row = conn.execute(
+        query("delivery_record_evidence"),
+        {
+            "reminder_id": reminder_id,
+            "run_time_utc": run_time_utc,
+            "provider": provider,
+            "provider_message_id": provider_message_id,
+            "accepted_at": accepted_at,
+            "recipient": recipient,
+            "now": now,
+        },
+    ).one()
+    return EvidenceWrite(found=int(row.found), recorded=bool(row.recorded))
+
+
 # --- Maintenance, dead letters, status and retention -------------------------------------------

@@ -5,7 +5,7 @@ on the caller's `Connection` and never commits; reminders are locked in id order
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from reminder_core.domain.states import ReminderStatus
-from reminder_core.store._statements import query
+from reminder_core.store._statements import id_array, json_rows, query
 
 # --- API: create, read, list, change, cancel ---------------------------------------------------
 
@@ -236,3 +236,211 @@ def cancel(
 
 
 # --- Suppression: pause, refuse, resume --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SendRefusal:
+    """An occurrence the sender recorded `suppressed` (`suppress_at_send_many`).
+
+    Attributes:
+        id: the reminder.
+        run_time_utc: aware UTC; the occurrence (the reminder changes only while still at it).
+        address: the case-folded suppressed address, for `suppressed_address`.
+        paused_reason: for a recurring reminder's `paused_reason`.
+        error: for a one-time reminder's `last_error`.
+    """
+
+    id: uuid.UUID
+    run_time_utc: datetime
+    address: str
+    paused_reason: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressedRef:
+    """A reminder `paused` by a suppression: its user and the case-folded address it waits on."""
+
+    id: uuid.UUID
+    user_id: str
+    suppressed_address: str
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressedForResume:
+    """A reminder paused by a suppression, locked to resume: the columns its next
+    occurrence is computed from (names as in `reminders`; `start_local` and `exdates` are
+    naive local times, `next_run_utc` aware UTC; `timezone` None follows the profile)."""
+
+    id: uuid.UUID
+    user_id: str
+    timezone: str | None
+    rrule: str | None
+    next_run_utc: datetime | None
+    start_local: datetime
+    all_day: bool
+    exdates: tuple[datetime, ...]
+    dst_nonexistent: str
+    dst_ambiguous: str
+    suppressed_address: str
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressionResume:
+    """Where one reminder goes when its suppression ends (`resume_many_from_suppression`):
+    `status` with `next_run_utc` (aware UTC; None when `completed` or `failed`);
+    `last_error` None keeps the reminder's own."""
+
+    id: uuid.UUID
+    status: ReminderStatus
+    next_run_utc: datetime | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressionRepoint:
+    """A paused reminder now waiting on another suppressed (case-folded) `address`."""
+
+    id: uuid.UUID
+    address: str
+    paused_reason: str
+
+
+def pause_user_for_suppression(
+    conn: Connection, *, user_id: str, address: str, paused_reason: str, now: datetime
+) -> list[uuid.UUID]:
+    """Pause the `pending` and `claimed` reminders of `user_id` (claims cleared,
+    `paused_reason`, `suppressed_address = address`, `suppression_checked_at` NULL,
+    `updated_at = now`, aware UTC), locked in id order
+    (`reminder_pause_user_for_suppression`). Returns their ids, ascending."""
+    rows = conn.execute(
+        query("reminder_pause_user_for_suppression"),
+        {"user_id": user_id, "address": address, "paused_reason": paused_reason, "now": now},
+    ).scalars()
+    return sorted(rows)
+
+
+def suppress_at_send_many(
+    conn: Connection, refusals: Sequence[SendRefusal], *, now: datetime
+) -> dict[uuid.UUID, ReminderStatus]:
+    """For each refusal whose reminder is still at that occurrence (live, or paused by a
+    suppression): a recurring reminder becomes `paused` waiting on the address, a one-time
+    one `failed` with `last_error = error`; claims cleared, `updated_at = now` (aware UTC);
+    locked in id order, one statement (`reminder_suppress_at_send_many`). Returns reminder
+    id -> new status for those that changed; {} without a statement for no refusals."""
+    if not refusals:
+        return {}
+    rows = json_rows(
+        {
+            "id": r.id,
+            "run_time_utc": r.run_time_utc,
+            "address": r.address,
+            "paused_reason": r.paused_reason,
+            "error": r.error,
+        }
+        for r in refusals
+    )
+    changed = conn.execute(query("reminder_suppress_at_send_many"), {"rows": rows, "now": now})
+    return {r.id: ReminderStatus(r.status) for r in changed}
+
+
+def list_suppressed_to_check(
+    conn: Connection, *, checked_before: datetime, limit: int
+) -> list[SuppressedRef]:
+    """Up to `limit` reminders paused by a suppression and not checked since
+    `checked_before` (aware UTC), never-checked first, then oldest check, then id
+    (`reminder_list_suppressed_to_check`). No lock."""
+    rows = conn.execute(
+        query("reminder_list_suppressed_to_check"),
+        {"checked_before": checked_before, "limit": limit},
+    )
+    return [
+        SuppressedRef(id=r.id, user_id=r.user_id, suppressed_address=r.suppressed_address)
+        for r in rows
+    ]
+
+
+def list_suppressed_by_address(conn: Connection, *, email: str) -> list[SuppressedRef]:
+    """Every reminder paused because the case-folded `email` was suppressed, by id
+    (`reminder_list_suppressed_by_address`). No lock."""
+    rows = conn.execute(query("reminder_list_suppressed_by_address"), {"email": email})
+    return [
+        SuppressedRef(id=r.id, user_id=r.user_id, suppressed_address=r.suppressed_address)
+        for r in rows
+    ]
+
+
+def lock_many_suppressed(conn: Connection, ids: Collection[uuid.UUID]) -> list[SuppressedForResume]:
+    """Those of `ids` still paused by a suppression, by id, row-locked `FOR UPDATE` in id
+    order until the caller's transaction ends (`reminder_lock_many_suppressed`); [] without
+    a statement for no ids."""
+    if not ids:
+        return []
+    rows = conn.execute(query("reminder_lock_many_suppressed"), {"ids": id_array(sorted(ids))})
+    return [
+        SuppressedForResume(
+            id=r.id,
+            user_id=r.user_id,
+            timezone=r.timezone,
+            rrule=r.rrule,
+            next_run_utc=r.next_run_utc,
+            start_local=r.start_local,
+            all_day=r.all_day,
+            exdates=tuple(r.exdates or ()),
+            dst_nonexistent=r.dst_nonexistent,
+            dst_ambiguous=r.dst_ambiguous,
+            suppressed_address=r.suppressed_address,
+        )
+        for r in rows
+    ]
+
+
+def resume_many_from_suppression(
+    conn: Connection, resumes: Sequence[SuppressionResume], *, now: datetime
+) -> list[uuid.UUID]:
+    """Set each reminder still paused by a suppression to its `status` and `next_run_utc`
+    (`last_error` replaced only when given), clear `paused_reason`, `suppressed_address`
+    and `suppression_checked_at`, `updated_at = now` (aware UTC), in one statement
+    (`reminder_resume_many_from_suppression`). Returns the ids changed, ascending; []
+    without a statement for no resumes."""
+    if not resumes:
+        return []
+    rows = json_rows(
+        {
+            "id": r.id,
+            "status": r.status.value,
+            "next_run_utc": r.next_run_utc,
+            "last_error": r.last_error,
+        }
+        for r in resumes
+    )
+    resumed = conn.execute(
+        query("reminder_resume_many_from_suppression"), {"rows": rows, "now": now}
+    ).scalars()
+    return sorted(resumed)
+
+
+def repoint_many_suppression(
+    conn: Connection, repoints: Sequence[SuppressionRepoint], *, now: datetime
+) -> None:
+    """Make each reminder still paused by a suppression wait on its new `address` (with its
+    `paused_reason`), `suppression_checked_at = updated_at = now` (aware UTC), in one
+    statement (`reminder_repoint_many_suppression`); none for no repoints."""
+    if not repoints:
+        return
+    rows = json_rows(
+        {"id": r.id, "address": r.address, "paused_reason": r.paused_reason} for r in repoints
+    )
+    conn.execute(query("reminder_repoint_many_suppression"), {"rows": rows, "now": now})
+
+
+def mark_many_suppression_checked(
+    conn: Connection, ids: Collection[uuid.UUID], *, now: datetime
+) -> None:
+    """Set `suppression_checked_at = now` (aware UTC) on those of `ids` still paused by a
+    suppression (`reminder_mark_many_suppression_checked`); no statement for no ids."""
+    if not ids:
+        return
+    conn.execute(
+        query("reminder_mark_many_suppression_checked"), {"ids": id_array(ids), "now": now}
+    )

@@ -14,7 +14,7 @@ SELECT email, reason
 FROM suppressions
 WHERE email IN (SELECT jsonb_array_elements_text(CAST(:emails AS jsonb)));
 
--- name: suppression_list
+-- name: suppression_list_newest
 -- The suppression list, newest first, with how many reminders each entry holds paused.
 SELECT s.email, s.reason, s.provider, s.source_event_id, s.detail, s.created_at,
        (SELECT count(*) FROM reminders AS r
