@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Engine
 
-from reminder_core.delivery import schedule_of_row, zone_or_none
+from reminder_core.delivery import zone_or_none
 from reminder_core.domain.recurrence import next_occurrence
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 from reminder_core.domain.suppression import (
@@ -32,7 +32,7 @@ from reminder_core.domain.suppression import (
 )
 from reminder_core.errors import InfrastructureError, InvalidSchedule
 from reminder_core.profiles import Profile, ProfileSource
-from reminder_core.scheduling import ScheduleConfig
+from reminder_core.scheduling import ScheduleConfig, schedule_of, stored_of
 from reminder_core.store import delivery_log, reminders, suppressions, webhook_events
 from reminder_core.store.delivery_log import DeliveryRef
 from reminder_core.store.reminders import (
@@ -282,10 +282,9 @@ def resume_plan(
     if zone is None:
         return None
     try:
-        # schedule_of_row reads the columns by name; its signature is widened to the
-        # store's reminder dataclasses when the row -> schedule conversions are unified
-        schedule = schedule_of_row(row, config)  # type: ignore[arg-type]
-        found = next_occurrence(schedule, zone, now, inclusive=True, limits=config.limits)
+        found = next_occurrence(
+            schedule_of(stored_of(row), config), zone, now, inclusive=True, limits=config.limits
+        )
     except InvalidSchedule as exc:
         return ReminderStatus.FAILED, None, f"cannot compute the next occurrence: {exc}"
     if found is None:
