@@ -6,7 +6,6 @@ import logging
 import os
 import socket
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Engine
 
@@ -14,7 +13,8 @@ from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import CLAIMS, CLAIMS_PER_TICK, PUBLISHED
 from reminder_core.outbox import publish_outbox_rows
 from reminder_core.queue import Queue
-from reminder_core.store._statements import query
+from reminder_core.store import reminders
+from reminder_core.store.outbox import OutboxRow
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
@@ -54,31 +54,25 @@ class Coordinator:
         self.batch_size = batch_size
         self.worker_id = worker_id or default_worker_id(self.name)
 
-    def claim(self, now: datetime) -> list[tuple[Any, dict[str, Any]]]:
+    def claim(self, now: datetime) -> list[OutboxRow]:
         """Claim due reminders and insert their outbox rows; commit.
 
         Args:
             now: aware UTC; reminders with next_run_utc <= now + lookahead_s are due.
 
         Returns:
-            (outbox id, payload) per claimed reminder, in claim order; payload is
-            {"reminder_id", "run_time_utc" (ISO 8601 UTC), "version", "user_id"}.
+            The outbox row of each claimed reminder, in the order the statement returns
+            them; its payload is {"reminder_id", "run_time_utc" (ISO 8601 UTC),
+            "version", "user_id"}.
 
         Side effects: one committed transaction (claim + outbox together; docs/design.md,
         "Claim and outbox").
         """
         horizon = now + timedelta(seconds=self.lookahead_s)
         with self._engine.begin() as conn:
-            rows = conn.execute(
-                query("reminder_claim_due"),
-                {
-                    "horizon": horizon,
-                    "now": now,
-                    "limit": self.batch_size,
-                    "worker": self.worker_id,
-                },
-            ).all()
-        return [(r.id, dict(r.payload)) for r in rows]
+            return reminders.claim_due(
+                conn, horizon=horizon, now=now, limit=self.batch_size, worker=self.worker_id
+            )
 
     def run_once(self, now: datetime) -> TickResult:
         """Claim one batch, then publish it. A failed publish is left to the sweeper (the

@@ -21,7 +21,7 @@ from reminder_core.metrics import (
     QUEUE_DEPTH,
 )
 from reminder_core.queue import Queue, QueueDepth
-from reminder_core.store._statements import query
+from reminder_core.store import reminders
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +61,13 @@ def read_backlog(conn: Connection, now: datetime) -> Backlog:
     Raises:
         sqlalchemy.exc.DBAPIError: the database failed.
     """
-    row = conn.execute(query("reminder_backlog"), {"now": now}).one()
+    reading = reminders.backlog(conn, now=now)
     return Backlog(
-        next_run_lag_s=age_s(now, row.oldest_due),
-        oldest_pending_age_s=age_s(now, row.oldest_pending),
-        due_backlog=int(row.due_backlog),
-        outbox_unpublished=int(row.outbox_unpublished),
-        outbox_oldest_age_s=age_s(now, row.outbox_oldest_unpublished),
+        next_run_lag_s=age_s(now, reading.oldest_due),
+        oldest_pending_age_s=age_s(now, reading.oldest_pending),
+        due_backlog=reading.due_backlog,
+        outbox_unpublished=reading.outbox_unpublished,
+        outbox_oldest_age_s=age_s(now, reading.outbox_oldest_unpublished),
     )
 
 

@@ -9,9 +9,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 
+from reminder_core.domain.states import DeliveryStatus
 from reminder_core.messages import MalformedMessage, OccurrenceMessage
 from reminder_core.queue import DeadLetter, Queue
-from reminder_core.store._statements import query
+from reminder_core.store import delivery_log
 
 #: Seconds between two passes while waiting for held dead letters.
 POLL_S = 1.0
@@ -19,6 +20,8 @@ POLL_S = 1.0
 _SCAN_LIMIT = 100_000
 #: While the count of held letters does not change, progress is reported this often.
 _PROGRESS_EVERY_S = 10.0
+#: Delivery states of an occurrence the provider accepted: its dead letter is not replayed.
+_DELIVERED = frozenset({DeliveryStatus.SENT, DeliveryStatus.BOUNCED, DeliveryStatus.COMPLAINED})
 
 Progress = Callable[[int, float], None]
 """Called while waiting: (dead letters still held by another reader, seconds left)."""
@@ -191,14 +194,18 @@ class _Replayer:
                 except MalformedMessage:
                     malformed.append(letter.message_id)
                     continue
-                key = {"reminder_id": reminder_id, "run_time_utc": run_time}
-                status = conn.execute(query("delivery_get_status"), key).scalar_one_or_none()
-                if status in ("sent", "bounced", "complained"):
+                status = delivery_log.get_status(
+                    conn, reminder_id=reminder_id, run_time_utc=run_time
+                )
+                if status in _DELIVERED:
                     delivered.append(letter.message_id)
                     continue
-                conn.execute(
-                    query("delivery_prepare_replay"),
-                    key | {"now": now, "lease_cutoff": now - timedelta(seconds=self._lease_s)},
+                delivery_log.prepare_replay(
+                    conn,
+                    reminder_id=reminder_id,
+                    run_time_utc=run_time,
+                    now=now,
+                    lease_cutoff=now - timedelta(seconds=self._lease_s),
                 )
                 redrive.append(letter.message_id)
         return redrive, delivered, malformed

@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from reminder_core.messages import run_time_of
 from reminder_core.queue import Queue
 from reminder_core.store import outbox
+from reminder_core.store.outbox import OutboxRow
 
 
 def message_delay_s(payload: dict[str, Any], now: datetime) -> float:
@@ -30,11 +31,11 @@ def message_delay_s(payload: dict[str, Any], now: datetime) -> float:
 def publish_outbox_rows(
     engine: Engine,
     queue: Queue,
-    rows: Sequence[tuple[Any, dict[str, Any]]],
+    rows: Sequence[OutboxRow],
     *,
     now: datetime,
 ) -> int:
-    """Send the payloads of `rows` ((outbox id, payload)) and mark them published.
+    """Send the payloads of `rows` (in their order) and mark them published.
 
     At-least-once: a crash between the send and the mark leaves the rows unpublished and
     the sweeper sends them again; the sender's unique delivery row absorbs the duplicate.
@@ -47,8 +48,8 @@ def publish_outbox_rows(
     """
     if not rows:
         return 0
-    payloads = [payload for _, payload in rows]
+    payloads = [r.payload for r in rows]
     queue.send_batch(payloads, now=now, delays_s=[message_delay_s(p, now) for p in payloads])
     with engine.begin() as conn:
-        outbox.mark_published(conn, (i for i, _ in rows), now=now)
+        outbox.mark_published(conn, (r.id for r in rows), now=now)
     return len(rows)

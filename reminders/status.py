@@ -15,14 +15,15 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from reminder_core.backlog import age_s, read_backlog
+from reminder_core.domain.states import DeliveryStatus
 from reminder_core.errors import InfrastructureError
 from reminder_core.queue import Queue
 from reminder_core.settings import Settings
-from reminder_core.store._statements import query
+from reminder_core.store import delivery_log, transaction
 from sender.providers.failover import STATE_CLOSED, BreakerReading, read_shared_breaker
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,12 @@ WINDOW_S = 3600.0
 
 #: Delivery states counted as failures (docs/design.md, "Delivery states": the terminal
 #: states that sent nothing usable, apart from cancelled and missed).
-FAILURE_STATES = ("failed", "bounced", "complained", "suppressed")
+FAILURE_STATES = (
+    DeliveryStatus.FAILED,
+    DeliveryStatus.BOUNCED,
+    DeliveryStatus.COMPLAINED,
+    DeliveryStatus.SUPPRESSED,
+)
 
 
 class State(StrEnum):
@@ -155,13 +161,7 @@ STATEMENT_TIMEOUT_MS = 5000
 
 def _bounded(conn: Connection) -> None:
     """Bound every statement of this read-only transaction (statement and lock waits)."""
-    conn.execute(
-        text(
-            "SELECT set_config('statement_timeout', :ms, true),"
-            " set_config('lock_timeout', :ms, true)"
-        ),
-        {"ms": str(STATEMENT_TIMEOUT_MS)},
-    )
+    transaction.set_timeouts(conn, timeout_ms=STATEMENT_TIMEOUT_MS)
 
 
 def _unknown(name: str, label: str, unit: str, threshold: float | None, exc: Exception) -> Check:
@@ -204,22 +204,19 @@ def _delivery_checks(engine: Engine, settings: Settings, now: datetime) -> list[
     try:
         with engine.connect() as conn:
             _bounded(conn)
-            lag = conn.execute(query("delivery_lag_p99_since"), {"since": since}).one()
-            by_status = {
-                r.status: int(r.n)
-                for r in conn.execute(query("delivery_count_failures_since"), {"since": since})
-            }
+            lag = delivery_log.lag_p99_since(conn, since=since)
+            by_status = delivery_log.count_failures_since(conn, since=since)
     except SQLAlchemyError as exc:
         return [
             _unknown("delivery_lag_p99", p99_label, "s", p99_limit, exc),
             _unknown("failures_last_hour", failures_label, "", failure_limit, exc),
         ]
-    if lag.n:
-        p99 = measured("delivery_lag_p99", p99_label, float(lag.p99), "s", p99_limit)
-        p99 = replace(p99, detail=f"{lag.n} sent")
+    if lag.p99_s is not None:  # None: none sent
+        p99 = measured("delivery_lag_p99", p99_label, lag.p99_s, "s", p99_limit)
+        p99 = replace(p99, detail=f"{lag.sent} sent")
     else:
         p99 = Check("delivery_lag_p99", p99_label, None, "s", p99_limit, State.OK, "none sent")
-    parts = {s: by_status.get(s, 0) for s in FAILURE_STATES}
+    parts = {s.value: by_status.get(s, 0) for s in FAILURE_STATES}
     failures = measured("failures_last_hour", failures_label, sum(parts.values()), "",
                         failure_limit)  # fmt: skip
     detail = ", ".join(f"{s} {n}" for s, n in parts.items())

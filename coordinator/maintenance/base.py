@@ -1,16 +1,18 @@
 """What the maintenance services share: a batch-limited service's TickResult, and the
-base of the rescuers, which end rows older than a threshold with one named statement."""
+base of the rescuers, which end rows older than a threshold with one store call."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import ClassVar, Generic, TypeVar
 
-from sqlalchemy import Engine, Row
+from sqlalchemy import Connection, Engine
 
-from reminder_core.store._statements import query
 from reminder_core.worker.loop import TickResult
+
+RescuedT = TypeVar("RescuedT")
 
 
 def counted(name: str, count: int, batch_size: int) -> TickResult:
@@ -20,9 +22,9 @@ def counted(name: str, count: int, batch_size: int) -> TickResult:
 
 
 @dataclass
-class Rescuer:
-    """A maintenance service that runs the named reaper `statement` (binds :cutoff, :now,
-    :limit) over rows older than a threshold.
+class Rescuer(ABC, Generic[RescuedT]):
+    """A maintenance service that ends, with its store call `rescue`, at most
+    `batch_size` rows older than a threshold.
 
     Attributes:
         engine: database engine.
@@ -34,16 +36,15 @@ class Rescuer:
     batch_size: int
     interval_s: float
     name: ClassVar[str]
-    statement: ClassVar[str]
 
-    def stale_rows(self, now: datetime, older_than_s: float) -> list[Row[Any]]:
-        """The statement's rows, run in its own transaction with the cutoff
-        `older_than_s` seconds before `now` (aware UTC)."""
+    @abstractmethod
+    def rescue(self, conn: Connection, *, cutoff: datetime, now: datetime) -> list[RescuedT]:
+        """End at most `batch_size` stale rows (older than `cutoff`, aware UTC) on `conn`,
+        stamped `now`; returns one result per row ended."""
+
+    def stale_rows(self, now: datetime, older_than_s: float) -> list[RescuedT]:
+        """`rescue`'s rows, run in its own transaction with the cutoff `older_than_s`
+        seconds before `now` (aware UTC)."""
         cutoff = now - timedelta(seconds=older_than_s)
         with self.engine.begin() as conn:
-            return list(
-                conn.execute(
-                    query(self.statement),
-                    {"cutoff": cutoff, "now": now, "limit": self.batch_size},
-                )
-            )
+            return self.rescue(conn, cutoff=cutoff, now=now)

@@ -8,15 +8,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
+from sqlalchemy import Connection
+
 from coordinator.maintenance.base import Rescuer, counted
 from reminder_core.logging import delivery_fields
+from reminder_core.store import reminders
+from reminder_core.store.reminders import RescuedClaim
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class ClaimRescuer(Rescuer):
+class ClaimRescuer(Rescuer[RescuedClaim]):
     """Re-drives stale claims (besides Rescuer's attributes):
 
     Attributes:
@@ -26,7 +30,10 @@ class ClaimRescuer(Rescuer):
 
     claim_timeout_s: float
     name: ClassVar[str] = "reclaimed"
-    statement: ClassVar[str] = "reminder_rescue_claimed"
+
+    def rescue(self, conn: Connection, *, cutoff: datetime, now: datetime) -> list[RescuedClaim]:
+        """Claims older than `cutoff` back to `pending` (`reminders.rescue_claimed`)."""
+        return reminders.rescue_claimed(conn, cutoff=cutoff, now=now, limit=self.batch_size)
 
     def run_once(self, now: datetime) -> TickResult:
         """Re-drive reminders claimed more than `claim_timeout_s` before `now` (aware

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Connection, Engine
 
@@ -21,7 +20,7 @@ from reminder_core.messages import MalformedMessage, OccurrenceMessage
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.queue import DeadLetter, Queue
 from reminder_core.scheduling import ScheduleConfig
-from reminder_core.store._statements import query
+from reminder_core.store import delivery_log, reminders
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
@@ -116,15 +115,13 @@ class DeadLetterRecorder:
 
     def _held_live(self, conn: Connection, occurrence: OccurrenceMessage, now: datetime) -> bool:
         reminder_id, run_time = occurrence.key
-        held = conn.execute(
-            query("delivery_lock_held_live"),
-            {
-                "reminder_id": reminder_id,
-                "run_time_utc": run_time,
-                "lease_cutoff": now - timedelta(seconds=self.lease_s),
-            },
-        ).first()
-        return held is not None
+        held = delivery_log.lock_held_live(
+            conn,
+            reminder_id=reminder_id,
+            run_time_utc=run_time,
+            lease_cutoff=now - timedelta(seconds=self.lease_s),
+        )
+        return bool(held)
 
     def _fail(
         self,
@@ -137,21 +134,19 @@ class DeadLetterRecorder:
         """Record the occurrence (and any chosen after it) failed and move the reminder
         on; True when a delivery row was ended here."""
         reminder_id, run_time = occurrence.key
-        params: dict[str, Any] = {
-            "reminder_id": reminder_id, "run_time_utc": run_time, "error": error, "now": now,
-        }  # fmt: skip
-        failed = conn.execute(
-            query("delivery_fail_dead_letter"), {**params, "user_id": occurrence.user_id}
-        ).rowcount
-        chosen = conn.execute(query("delivery_fail_chosen_after"), params).scalars().all()
-        stored = conn.execute(
-            query("reminder_get_for_send"), {"reminder_id": reminder_id}
-        ).one_or_none()
+        failed = delivery_log.fail_dead_letter(
+            conn, reminder_id=reminder_id, user_id=occurrence.user_id, run_time_utc=run_time,
+            error=error, now=now,
+        )  # fmt: skip
+        chosen = delivery_log.fail_chosen_after(
+            conn, reminder_id=reminder_id, run_time_utc=run_time, error=error, now=now
+        )
+        timezone = reminders.get_timezone(conn, reminder_id=reminder_id)
         advance_reminder(
             conn,
             reminder_id=reminder_id,
             occurrence_utc=run_time,
-            zone=zone_or_none(stored.timezone if stored else None, profile),
+            zone=zone_or_none(timezone, profile),
             after=max([run_time, *chosen]),
             sent=False,
             error=error,

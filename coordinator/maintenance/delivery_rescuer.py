@@ -9,16 +9,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
+from sqlalchemy import Connection
+
 from coordinator.maintenance.base import Rescuer, counted
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.logging import delivery_fields
+from reminder_core.store import delivery_log
+from reminder_core.store.delivery_log import AbandonedDelivery
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class DeliveryRescuer(Rescuer):
+class DeliveryRescuer(Rescuer[AbandonedDelivery]):
     """Ends orphaned `sending` rows (besides Rescuer's attributes):
 
     Attributes:
@@ -27,7 +31,13 @@ class DeliveryRescuer(Rescuer):
 
     abandon_after_s: float
     name: ClassVar[str] = "abandoned"
-    statement: ClassVar[str] = "delivery_rescue_abandoned"
+
+    def rescue(
+        self, conn: Connection, *, cutoff: datetime, now: datetime
+    ) -> list[AbandonedDelivery]:
+        """Orphaned `sending` rows unheld since `cutoff`, ended
+        (`delivery_log.rescue_abandoned`)."""
+        return delivery_log.rescue_abandoned(conn, cutoff=cutoff, now=now, limit=self.batch_size)
 
     def run_once(self, now: datetime) -> TickResult:
         """Record unheld, orphaned `sending` rows as failed (as sent with the provider's

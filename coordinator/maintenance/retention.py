@@ -28,14 +28,19 @@ run, rather than queue every sender behind it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from enum import Enum
+from functools import partial
+from typing import Literal, Protocol, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from reminder_core.metrics import RETENTION_DELETED, RETENTION_PARTITIONS
-from reminder_core.store._statements import query
+from reminder_core.store import delivery_log, outbox, transaction, webhook_events
+from reminder_core.store.delivery_log import PartitionDrop
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
@@ -44,7 +49,23 @@ WEEK = timedelta(days=7)
 # SQLSTATEs of a lock not granted in time (lock_not_available) and of a deadlock (the
 # other side being a sender's transaction): both mean "again at the next run".
 _LOCK_CONFLICT = frozenset({"55P03", "40P01"})
-_BUSY = object()
+
+T = TypeVar("T")
+
+
+class _Busy(Enum):
+    """A partition step whose locks were not granted in time: left to the next run."""
+
+    BUSY = "busy"
+
+
+_BUSY: Literal[_Busy.BUSY] = _Busy.BUSY
+
+
+class _ChunkDelete(Protocol):
+    """A store function deleting at most `limit` expired rows; returns how many."""
+
+    def __call__(self, conn: Connection, *, cutoff: datetime, limit: int) -> int: ...
 
 
 def week_start(instant: datetime) -> datetime:
@@ -162,13 +183,13 @@ class Retention:
         cutoff = now - self.delivery_log_retention
         deleted = {
             "delivery_log": self._delete_chunks(
-                "delivery_delete_expired_default", "delivery_log", cutoff
+                delivery_log.delete_expired_default, "delivery_log", cutoff
             ),
             "outbox": self._delete_chunks(
-                "outbox_delete_published", "outbox", now - self.outbox_retention
+                outbox.delete_published, "outbox", now - self.outbox_retention
             ),
             "webhook_events": self._delete_chunks(
-                "webhook_event_delete_expired",
+                webhook_events.delete_expired,
                 "webhook_events",
                 now - self.webhook_events_retention,
             ),
@@ -191,8 +212,8 @@ class Retention:
         """The weekly partitions of delivery_log: week start (aware UTC) -> PostgreSQL's
         row estimate (-1: unknown). The default partition is not listed."""
         with self._engine.connect() as conn:
-            rows = conn.execute(query("delivery_list_partitions")).all()
-        return {r.week_start: float(r.estimated_rows) for r in rows if r.week_start is not None}
+            listed = delivery_log.list_partitions(conn)
+        return {p.week_start: p.estimated_rows for p in listed if p.week_start is not None}
 
     def ensure_partitions(self, now: datetime) -> tuple[int, int]:
         """Make the missing partitions of the current week and the `partitions_ahead`
@@ -204,10 +225,13 @@ class Retention:
         for start in wanted:
             if start in existing:
                 continue
-            n = self._partition_ddl("delivery_create_partition", {"week_start": start})
+            n = self._partition_ddl(
+                "delivery_create_partition",
+                start,
+                partial(delivery_log.create_partition, week_start=start),
+            )
             if n is _BUSY or n is None:  # None: another maintenance process made it
                 continue
-            assert isinstance(n, int)
             created += 1
             moved += n
             RETENTION_PARTITIONS.labels(action="created").inc()
@@ -228,9 +252,11 @@ class Retention:
             if start + WEEK > cutoff:
                 continue
             outcome = self._partition_ddl(
-                "delivery_drop_partition", {"week_start": start, "cutoff": cutoff}
+                "delivery_drop_partition",
+                start,
+                partial(delivery_log.drop_partition, week_start=start, cutoff=cutoff),
             )
-            if outcome == "dropped":
+            if outcome is PartitionDrop.DROPPED:
                 dropped += 1
                 RETENTION_PARTITIONS.labels(action="dropped").inc()
                 log.info(
@@ -238,7 +264,7 @@ class Retention:
                     start.date(),
                     f"{estimate:.0f}" if estimate >= 0 else "?",
                 )
-            elif outcome == "kept":
+            elif outcome is PartitionDrop.KEPT:
                 kept += 1
                 RETENTION_PARTITIONS.labels(action="kept").inc()
                 log.warning(
@@ -248,34 +274,35 @@ class Retention:
                 )
         return dropped, kept
 
-    def _partition_ddl(self, name: str, params: dict[str, datetime]) -> object:
-        """Run the partition function call `name` in its own transaction under the lock
-        timeout; its result, or `_BUSY` when its locks were not granted in time (or it
-        lost a deadlock): logged, and left to the next run."""
+    def _partition_ddl(
+        self, name: str, week: datetime, step: Callable[[Connection], T]
+    ) -> T | Literal[_Busy.BUSY]:
+        """Run the partition step `step` (the statement `name`, on the partition of the
+        week starting at `week`) in its own transaction under the lock timeout; its
+        result, or `_BUSY` when its locks were not granted in time (or it lost a
+        deadlock): logged, and left to the next run."""
         try:
             with self._engine.begin() as conn:
-                conn.execute(
-                    query("transaction_set_lock_timeout"), {"timeout": f"{self.lock_timeout_ms}ms"}
-                )
-                return conn.execute(query(name), params).scalar_one()
+                transaction.set_lock_timeout(conn, timeout_ms=self.lock_timeout_ms)
+                return step(conn)
         except OperationalError as exc:
             if getattr(exc.orig, "sqlstate", None) not in _LOCK_CONFLICT:
                 raise
             log.warning(
-                "%s of the week of %s: locks busy; again at the next run",
-                name,
-                params["week_start"].date(),
+                "%s of the week of %s: locks busy; again at the next run", name, week.date()
             )
             return _BUSY
 
-    def _delete_chunks(self, name: str, table: str, cutoff: datetime) -> tuple[int, bool]:
-        """Run the chunked DELETE `name` until a chunk is short or `max_chunks` ran;
+    def _delete_chunks(
+        self, delete: _ChunkDelete, table: str, cutoff: datetime
+    ) -> tuple[int, bool]:
+        """Run the chunked DELETE `delete` until a chunk is short or `max_chunks` ran;
         returns (rows deleted, last chunk full)."""
         total = 0
         full = False
         for _ in range(self.max_chunks):
             with self._engine.begin() as conn:
-                n = conn.execute(query(name), {"cutoff": cutoff, "limit": self.batch_size}).rowcount
+                n = delete(conn, cutoff=cutoff, limit=self.batch_size)
             total += n
             full = n >= self.batch_size
             if not full:

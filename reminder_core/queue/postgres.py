@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from reminder_core.errors import InfrastructureError
 from reminder_core.queue.base import DeadLetter, Message, QueueDepth
-from reminder_core.store._statements import id_array, json_rows, query
+from reminder_core.store import queue_messages
 
 
 class PostgresQueue:
@@ -42,62 +42,51 @@ class PostgresQueue:
             raise ValueError("bodies and delays_s must have the same length")
         if not bodies:
             return
-        params = {
-            "queue": self.name,
-            "bodies": json_rows(dict(b) for b in bodies),
-            "delays_s": [float(d) for d in delays_s],
-            "now": now,
-        }
         try:
             with self._engine.begin() as conn:
-                conn.execute(query("queue_message_send_many"), params)
+                queue_messages.send_many(
+                    conn, queue=self.name, bodies=bodies, delays_s=delays_s, now=now
+                )
         except OperationalError as exc:
             raise InfrastructureError(f"queue send failed: {exc}") from exc
 
     def receive(
         self, *, now: datetime, max_messages: int, visibility_timeout_s: float
     ) -> list[Message]:
-        params = {
-            "queue": self.name,
-            "now": now,
-            "limit": max_messages,
-            "max_receive_count": self.max_receive_count,
-            "visibility_timeout_s": float(visibility_timeout_s),
-        }
         with self._engine.begin() as conn:
-            rows = sorted(
-                conn.execute(query("queue_message_receive"), params).all(),
-                key=lambda r: (r.created_at, r.id),
+            received = queue_messages.receive(
+                conn,
+                queue=self.name,
+                now=now,
+                limit=max_messages,
+                max_receive_count=self.max_receive_count,
+                visibility_timeout_s=visibility_timeout_s,
             )
         return [
             Message(
-                message_id=str(r.id),
-                body=_body(r.body),
-                receipt_handle=str(r.receipt_handle),
-                receive_count=r.receive_count,
+                message_id=str(m.id),
+                body=_body(m.body_json),
+                receipt_handle=str(m.receipt_handle),
+                receive_count=m.receive_count,
             )
-            for r in rows
+            for m in received
         ]
 
     def delete(self, receipt_handles: Sequence[str]) -> None:
         if not receipt_handles:
             return
-        handles = id_array(uuid.UUID(h) for h in receipt_handles)
+        handles = [uuid.UUID(h) for h in receipt_handles]
         with self._engine.begin() as conn:
-            conn.execute(
-                query("queue_message_delete_many"), {"queue": self.name, "handles": handles}
-            )
+            queue_messages.delete_many(conn, queue=self.name, receipt_handles=handles)
 
     def change_visibility(self, receipt_handle: str, *, now: datetime, timeout_s: float) -> None:
         with self._engine.begin() as conn:
-            conn.execute(
-                query("queue_message_change_visibility"),
-                {
-                    "queue": self.name,
-                    "handle": uuid.UUID(receipt_handle),
-                    "now": now,
-                    "timeout_s": float(timeout_s),
-                },
+            queue_messages.change_visibility(
+                conn,
+                queue=self.name,
+                receipt_handle=uuid.UUID(receipt_handle),
+                now=now,
+                timeout_s=timeout_s,
             )
 
     def change_visibility_batch(
@@ -106,74 +95,64 @@ class PostgresQueue:
         if not changes:
             return
         with self._engine.begin() as conn:
-            conn.execute(
-                query("queue_message_change_visibility_many"),
-                {
-                    "queue": self.name,
-                    "rows": json_rows(
-                        {"handle": uuid.UUID(h), "timeout_s": float(t)} for h, t in changes
-                    ),
-                    "now": now,
-                },
+            queue_messages.change_visibility_many(
+                conn,
+                queue=self.name,
+                changes=[(uuid.UUID(h), t) for h, t in changes],
+                now=now,
             )
 
     def depth(self, *, now: datetime) -> QueueDepth:
         with self._engine.connect() as conn:
-            row = conn.execute(query("queue_message_depth"), {"queue": self.name, "now": now}).one()
+            counts = queue_messages.depth(conn, queue=self.name, now=now)
         return QueueDepth(
-            visible=row.visible, not_visible=row.not_visible, dead_lettered=row.dead_lettered
+            visible=counts.visible,
+            not_visible=counts.not_visible,
+            dead_lettered=counts.dead_lettered,
         )
 
     def dead_letters(self, *, limit: int, unrecorded_only: bool = False) -> list[DeadLetter]:
-        name = (
-            "queue_message_lock_dead_unrecorded" if unrecorded_only else "queue_message_list_dead"
-        )
+        read = queue_messages.lock_dead_unrecorded if unrecorded_only else queue_messages.list_dead
         with self._engine.begin() as conn:
-            rows = conn.execute(query(name), {"queue": self.name, "limit": limit}).all()
+            dead = read(conn, queue=self.name, limit=limit)
         return [
             DeadLetter(
-                message_id=str(r.id),
-                body=dict(r.body),
-                receive_count=r.receive_count,
-                dead_lettered_at=r.dead_lettered_at,
-                recorded_at=r.dead_letter_recorded_at,
+                message_id=str(d.id),
+                body=d.body,
+                receive_count=d.receive_count,
+                dead_lettered_at=d.dead_lettered_at,
+                recorded_at=d.dead_letter_recorded_at,
             )
-            for r in rows
+            for d in dead
         ]
 
     def mark_dead_letters_recorded(self, message_ids: Sequence[str], *, now: datetime) -> None:
         if not message_ids:
             return
         with self._engine.begin() as conn:
-            conn.execute(
-                query("queue_message_mark_dead_recorded"),
-                {"queue": self.name, "ids": [int(i) for i in message_ids], "now": now},
+            queue_messages.mark_dead_recorded(
+                conn, queue=self.name, ids=[int(i) for i in message_ids], now=now
             )
 
     def redrive(self, message_ids: Sequence[str], *, now: datetime) -> list[str]:
         if not message_ids:
             return []
         with self._engine.begin() as conn:
-            rows = conn.execute(
-                query("queue_message_redrive"),
-                {"queue": self.name, "ids": [int(i) for i in message_ids], "now": now},
-            ).scalars()
-            return [str(i) for i in rows]
+            moved = queue_messages.redrive(
+                conn, queue=self.name, ids=[int(i) for i in message_ids], now=now
+            )
+        return [str(i) for i in moved]
 
     def delete_dead_letters(self, message_ids: Sequence[str] | None) -> list[str]:
         if message_ids is not None and not message_ids:
             return []
         with self._engine.begin() as conn:
             if message_ids is None:
-                rows = conn.execute(
-                    query("queue_message_purge_dead"), {"queue": self.name}
-                ).scalars()
+                deleted = queue_messages.purge_dead(conn, queue=self.name)
             else:
                 ids = [int(i) for i in message_ids]
-                rows = conn.execute(
-                    query("queue_message_delete_dead"), {"queue": self.name, "ids": ids}
-                ).scalars()
-            return [str(i) for i in rows]
+                deleted = queue_messages.delete_dead(conn, queue=self.name, ids=ids)
+        return [str(i) for i in deleted]
 
 
 def _body(raw: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 
 from sqlalchemy import Connection
 
@@ -203,3 +204,225 @@ def record_evidence(
 
 
 # --- Maintenance, dead letters, status and retention -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonedDelivery:
+    """A `sending` row `rescue_abandoned` ended.
+
+    Attributes:
+        id: the delivery row.
+        reminder_id: its reminder.
+        run_time_utc: aware UTC, its occurrence.
+        provider: the provider an attempt may have reached (None: none recorded).
+        attempt_count: provider calls made for it.
+        status: what it was recorded as: `failed`, or `sent` when it carried the
+            provider's evidence of its send.
+    """
+
+    id: uuid.UUID
+    reminder_id: uuid.UUID
+    run_time_utc: datetime
+    provider: str | None
+    attempt_count: int
+    status: DeliveryStatus
+
+
+def rescue_abandoned(
+    conn: Connection, *, cutoff: datetime, now: datetime, limit: int
+) -> list[AbandonedDelivery]:
+    """End up to `limit` `sending` rows nobody holds (no lease since `cutoff`, aware UTC)
+    and unchanged since `cutoff`, whose reminder will not come back to them, oldest first
+    (`delivery_rescue_abandoned`).
+
+    Side effects: each becomes `failed` ("abandoned: ...") or, with the provider's
+    evidence, `sent`; its lease is cleared and `updated_at` set to `now`. Rows another
+    transaction has locked are skipped.
+    """
+    rows = conn.execute(
+        query("delivery_rescue_abandoned"), {"cutoff": cutoff, "now": now, "limit": limit}
+    )
+    return [
+        AbandonedDelivery(
+            id=r.id,
+            reminder_id=r.reminder_id,
+            run_time_utc=r.run_time_utc,
+            provider=r.provider,
+            attempt_count=r.attempt_count,
+            status=DeliveryStatus(r.status),
+        )
+        for r in rows
+    ]
+
+
+def lock_held_live(
+    conn: Connection, *, reminder_id: uuid.UUID, run_time_utc: datetime, lease_cutoff: datetime
+) -> list[uuid.UUID]:
+    """The ids of the reminder's `sending` rows at or after `run_time_utc` whose lease was
+    taken or renewed after `lease_cutoff` (aware UTC): held by a live sender. They stay
+    row-locked (`FOR UPDATE`, waiting for a lock another transaction holds) until the
+    caller's transaction ends (`delivery_lock_held_live`)."""
+    rows = conn.execute(
+        query("delivery_lock_held_live"),
+        {"reminder_id": reminder_id, "run_time_utc": run_time_utc, "lease_cutoff": lease_cutoff},
+    )
+    return list(rows.scalars())
+
+
+def fail_dead_letter(
+    conn: Connection,
+    *,
+    reminder_id: uuid.UUID,
+    user_id: str,
+    run_time_utc: datetime,
+    error: str,
+    now: datetime,
+) -> bool:
+    """Record a dead-lettered occurrence `failed` with `error`: a new row, or its
+    `sending` row ended (lease cleared; `error` appended); a terminal row is left as it is
+    (`delivery_fail_dead_letter`). Returns True when a row was written."""
+    result = conn.execute(
+        query("delivery_fail_dead_letter"),
+        {
+            "reminder_id": reminder_id,
+            "user_id": user_id,
+            "run_time_utc": run_time_utc,
+            "error": error,
+            "now": now,
+        },
+    )
+    return bool(result.rowcount)
+
+
+def fail_chosen_after(
+    conn: Connection, *, reminder_id: uuid.UUID, run_time_utc: datetime, error: str, now: datetime
+) -> list[datetime]:
+    """Record `failed` (with `error` appended, lease cleared) the reminder's `sending` rows
+    after `run_time_utc` (aware UTC): occurrences a sender chose for a dead-lettered one
+    under the misfire policy (`delivery_fail_chosen_after`). Returns their run times
+    (aware UTC), in no particular order."""
+    rows = conn.execute(
+        query("delivery_fail_chosen_after"),
+        {"reminder_id": reminder_id, "run_time_utc": run_time_utc, "error": error, "now": now},
+    )
+    return list(rows.scalars())
+
+
+def prepare_replay(
+    conn: Connection,
+    *,
+    reminder_id: uuid.UUID,
+    run_time_utc: datetime,
+    now: datetime,
+    lease_cutoff: datetime,
+) -> bool:
+    """Ready an occurrence for a dead-letter replay: a `failed` row, or a `sending` row
+    with no lease or one not renewed since `lease_cutoff` (aware UTC), becomes `sending`
+    with no lease (error noted, `updated_at = now`); any other row, or none, is left
+    (`delivery_prepare_replay`). Returns True when a row changed."""
+    result = conn.execute(
+        query("delivery_prepare_replay"),
+        {
+            "reminder_id": reminder_id,
+            "run_time_utc": run_time_utc,
+            "now": now,
+            "lease_cutoff": lease_cutoff,
+        },
+    )
+    return bool(result.rowcount)
+
+
+def count_failures_since(conn: Connection, *, since: datetime) -> dict[DeliveryStatus, int]:
+    """How many rows last changed at or after `since` (aware UTC) are `failed`, `bounced`,
+    `complained` or `suppressed`, per status (a status with none is absent); reads only
+    (`delivery_count_failures_since`)."""
+    rows = conn.execute(query("delivery_count_failures_since"), {"since": since})
+    return {DeliveryStatus(r.status): int(r.n) for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryLag:
+    """delivery_lag (sent_at - run_time_utc) over the occurrences sent in a window.
+
+    Attributes:
+        p99_s: its 99th percentile, seconds (None when none was sent).
+        sent: how many were sent.
+    """
+
+    p99_s: float | None
+    sent: int
+
+
+def lag_p99_since(conn: Connection, *, since: datetime) -> DeliveryLag:
+    """The delivery_lag of the occurrences sent at or after `since` (aware UTC); reads
+    only (`delivery_lag_p99_since`)."""
+    row = conn.execute(query("delivery_lag_p99_since"), {"since": since}).one()
+    return DeliveryLag(p99_s=None if row.p99 is None else float(row.p99), sent=int(row.n))
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A partition of delivery_log.
+
+    Attributes:
+        name: its table name (`delivery_log_pYYYYMMDD`, or `delivery_log_default`).
+        week_start: aware UTC, the Monday 00:00 its week starts (None: the default
+            partition).
+        estimated_rows: PostgreSQL's row estimate (-1: never vacuumed nor analyzed).
+    """
+
+    name: str
+    week_start: datetime | None
+    estimated_rows: float
+
+
+def list_partitions(conn: Connection) -> list[Partition]:
+    """Every partition of delivery_log, the default one first, then by week; reads the
+    catalog only (`delivery_list_partitions`)."""
+    rows = conn.execute(query("delivery_list_partitions"))
+    return [
+        Partition(name=r.name, week_start=r.week_start, estimated_rows=float(r.estimated_rows))
+        for r in rows
+    ]
+
+
+def create_partition(conn: Connection, *, week_start: datetime) -> int | None:
+    """Create the weekly partition starting at `week_start` (a Monday 00:00 UTC, aware),
+    moving into it the rows of its week from the default partition (migration 0005's
+    function; DDL: ACCESS EXCLUSIVE on delivery_log until the transaction ends)
+    (`delivery_create_partition`). Returns how many rows it took over, or None when it
+    existed already."""
+    moved = conn.execute(
+        query("delivery_create_partition"), {"week_start": week_start}
+    ).scalar_one()
+    return None if moved is None else int(moved)
+
+
+class PartitionDrop(StrEnum):
+    """What `drop_partition` did to a weekly partition."""
+
+    DROPPED = "dropped"
+    KEPT = "kept"  # it holds a `sending` row
+    RECENT = "recent"  # its week is not wholly before the cutoff
+    MISSING = "missing"  # no such partition
+
+
+def drop_partition(conn: Connection, *, week_start: datetime, cutoff: datetime) -> PartitionDrop:
+    """Drop the weekly partition starting at `week_start` (aware UTC) if its whole week
+    is before `cutoff` and it holds no `sending` row (migration 0005's function; DDL:
+    ACCESS EXCLUSIVE on delivery_log until the transaction ends)
+    (`delivery_drop_partition`)."""
+    outcome = conn.execute(
+        query("delivery_drop_partition"), {"week_start": week_start, "cutoff": cutoff}
+    ).scalar_one()
+    return PartitionDrop(outcome)
+
+
+def delete_expired_default(conn: Connection, *, cutoff: datetime, limit: int) -> int:
+    """Delete up to `limit` terminal rows of the default partition whose occurrence is
+    before `cutoff` (aware UTC); `sending` rows are never deleted
+    (`delivery_delete_expired_default`). Returns how many were deleted."""
+    result = conn.execute(
+        query("delivery_delete_expired_default"), {"cutoff": cutoff, "limit": limit}
+    )
+    return int(result.rowcount)

@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from reminder_core.domain.states import ReminderStatus
 from reminder_core.store._statements import id_array, json_rows, query
+from reminder_core.store.outbox import OutboxRow
 
 # --- API: create, read, list, change, cancel ---------------------------------------------------
 
@@ -230,6 +231,90 @@ def cancel(
 
 
 # --- Coordinator and maintenance: claim, rescue, backlog ---------------------------------------
+
+
+def claim_due(
+    conn: Connection, *, horizon: datetime, now: datetime, limit: int, worker: str
+) -> list[OutboxRow]:
+    """Claim up to `limit` `pending` reminders due by `horizon` (aware UTC), earliest
+    first, and insert one outbox row per claimed occurrence, in one statement
+    (`reminder_claim_due`).
+
+    Side effects: the reminders become `claimed` by `worker` at `now` (aware UTC);
+    reminders another transaction has locked are skipped (`FOR UPDATE SKIP LOCKED`).
+    Returns the outbox rows written (payload: reminder_id, run_time_utc, version,
+    user_id), in no particular order.
+    """
+    rows = conn.execute(
+        query("reminder_claim_due"),
+        {"horizon": horizon, "now": now, "limit": limit, "worker": worker},
+    )
+    return [OutboxRow(id=r.id, payload=dict(r.payload)) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class RescuedClaim:
+    """A reminder put back to `pending` by `rescue_claimed`, at the same occurrence
+    (`next_run_utc`, aware UTC)."""
+
+    id: uuid.UUID
+    next_run_utc: datetime
+
+
+def rescue_claimed(
+    conn: Connection, *, cutoff: datetime, now: datetime, limit: int
+) -> list[RescuedClaim]:
+    """Put up to `limit` reminders claimed before `cutoff` (aware UTC), oldest claim first,
+    back to `pending` with the same `next_run_utc` (`reminder_rescue_claimed`).
+
+    Side effects: their claim is cleared and `updated_at` set to `now`; reminders another
+    transaction has locked are skipped.
+    """
+    rows = conn.execute(
+        query("reminder_rescue_claimed"), {"cutoff": cutoff, "now": now, "limit": limit}
+    )
+    return [RescuedClaim(id=r.id, next_run_utc=r.next_run_utc) for r in rows]
+
+
+def get_timezone(conn: Connection, *, reminder_id: uuid.UUID) -> str | None:
+    """The reminder's IANA time zone; None when it follows its user's profile or when no
+    reminder has that id (`reminder_get_timezone`)."""
+    return conn.execute(
+        query("reminder_get_timezone"), {"reminder_id": reminder_id}
+    ).scalar_one_or_none()
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogReading:
+    """What `backlog` read at one instant (aware UTC instants; None when there is none).
+
+    Attributes:
+        oldest_due: the oldest `next_run_utc` of a due occurrence not yet delivered
+            (reminder `pending`, or `claimed` and on its way).
+        oldest_pending: the same among `pending` reminders (not yet claimed).
+        due_backlog: how many `pending` reminders are due.
+        outbox_unpublished: outbox rows not yet published.
+        outbox_oldest_unpublished: `created_at` of the oldest of them.
+    """
+
+    oldest_due: datetime | None
+    oldest_pending: datetime | None
+    due_backlog: int
+    outbox_unpublished: int
+    outbox_oldest_unpublished: datetime | None
+
+
+def backlog(conn: Connection, *, now: datetime) -> BacklogReading:
+    """Read the scheduler's backlog as of `now` (aware UTC): due reminders and the outbox,
+    in one read-only statement (`reminder_backlog`)."""
+    row = conn.execute(query("reminder_backlog"), {"now": now}).one()
+    return BacklogReading(
+        oldest_due=row.oldest_due,
+        oldest_pending=row.oldest_pending,
+        due_backlog=int(row.due_backlog),
+        outbox_unpublished=int(row.outbox_unpublished),
+        outbox_oldest_unpublished=row.outbox_oldest_unpublished,
+    )
 
 
 # --- Sender: read for send, lock and advance ---------------------------------------------------

@@ -115,3 +115,10 @@ def mark_matched(
 
 
 # --- Retention ---------------------------------------------------------------------------------
+
+
+def delete_expired(conn: Connection, *, cutoff: datetime, limit: int) -> int:
+    """Delete up to `limit` events received before `cutoff` (aware UTC)
+    (`webhook_event_delete_expired`). Returns how many were deleted."""
+    result = conn.execute(query("webhook_event_delete_expired"), {"cutoff": cutoff, "limit": limit})
+    return int(result.rowcount)

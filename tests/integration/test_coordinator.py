@@ -126,14 +126,11 @@ def test_claim_and_outbox_roll_back_together(db: Engine) -> None:
     # The claim and its outbox rows are one statement in one transaction: rolling it
     # back (a crash before commit) leaves neither.
     insert_due_reminders(db, 3, next_run_utc=NOW)
-    from reminder_core.store._statements import query
+    from reminder_core.store import reminders
 
     with db.connect() as conn:
         trans = conn.begin()
-        rows = conn.execute(
-            query("reminder_claim_due"),
-            {"horizon": NOW, "now": NOW, "limit": 10, "worker": "doomed"},
-        ).all()
+        rows = reminders.claim_due(conn, horizon=NOW, now=NOW, limit=10, worker="doomed")
         assert len(rows) == 3
         trans.rollback()
     with db.connect() as conn:

@@ -47,7 +47,7 @@ SET visible_at = :now + make_interval(secs => :timeout_s)
 WHERE queue_name = :queue AND receipt_handle = :handle AND NOT dead_lettered;
 
 -- name: queue_message_change_visibility_many
--- (receipt handle, timeout) pairs as JSON rows (queries.json_rows).
+-- (receipt handle, timeout) pairs as JSON rows (store/_statements.json_rows).
 UPDATE queue_messages AS q
 SET visible_at = :now + make_interval(secs => c.timeout_s)
 FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS c(handle uuid, timeout_s float8)

@@ -132,12 +132,9 @@ FROM stuck
 WHERE r.id = stuck.id
 RETURNING r.id, r.next_run_utc;
 
--- name: reminder_get_for_send
-SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
-       start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
-       max_lateness_s
-FROM reminders
-WHERE id = :reminder_id;
+-- name: reminder_get_timezone
+-- The zone a dead letter's reminder is moved on in (NULL: its user's profile zone).
+SELECT timezone FROM reminders WHERE id = :reminder_id;
 
 -- name: reminder_get_many_for_send
 SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,

@@ -1,0 +1,231 @@
+"""Typed statements on `queue_messages` (`sql/queue_messages.sql`), the PostgreSQL queue
+backend with SQS semantics: visibility timeout, receive count, dead letters. Every
+function runs on the caller's `Connection` and never commits; `queue` names the queue
+(several share the table)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row
+
+from reminder_core.store._statements import id_array, json_rows, query
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """One message as a receive left it: invisible, with a fresh receipt handle.
+
+    Attributes:
+        id: the message's row id (stable across receives).
+        body_json: the JSON object that was sent, as text (decoded by the queue after
+            the receive commits, so that a body that is no object still counts as
+            received).
+        receipt_handle: the handle of this receive (a stale one deletes nothing).
+        receive_count: receives so far, this one included (>= 1).
+        created_at: aware UTC, when it was sent.
+    """
+
+    id: int
+    body_json: str
+    receipt_handle: uuid.UUID
+    receive_count: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Depth:
+    """Counts of one queue's messages at one instant: visible, not visible (in flight or
+    delayed) and dead-lettered."""
+
+    visible: int
+    not_visible: int
+    dead_lettered: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadMessage:
+    """A dead-lettered message.
+
+    Attributes:
+        id: the message's row id.
+        body: the JSON object that was sent.
+        receive_count: receives before it was dead-lettered.
+        dead_lettered_at: aware UTC, when it was moved to the dead-letter queue.
+        dead_letter_recorded_at: aware UTC, when its occurrence was recorded `failed`
+            (None: not yet).
+    """
+
+    id: int
+    body: dict[str, Any]
+    receive_count: int
+    dead_lettered_at: datetime | None
+    dead_letter_recorded_at: datetime | None
+
+
+def send_many(
+    conn: Connection,
+    *,
+    queue: str,
+    bodies: Sequence[Mapping[str, object]],
+    delays_s: Sequence[float],
+    now: datetime,
+) -> None:
+    """Insert one message per body, body i visible `delays_s[i]` seconds after `now`
+    (aware UTC), in one statement (`queue_message_send_many`). The two sequences have the
+    same length (the statement pairs them by position)."""
+    conn.execute(
+        query("queue_message_send_many"),
+        {
+            "queue": queue,
+            "bodies": json_rows(dict(b) for b in bodies),
+            "delays_s": [float(d) for d in delays_s],
+            "now": now,
+        },
+    )
+
+
+def receive(
+    conn: Connection,
+    *,
+    queue: str,
+    now: datetime,
+    limit: int,
+    max_receive_count: int,
+    visibility_timeout_s: float,
+) -> list[ReceivedMessage]:
+    """Receive up to `limit` messages visible at `now` (aware UTC), oldest first (by
+    created_at, then id) (`queue_message_receive`).
+
+    Side effects: each message returned is hidden for `visibility_timeout_s` seconds, its
+    receive count incremented and a new receipt handle given; a visible message already
+    received `max_receive_count` times is dead-lettered instead of returned. Messages
+    another transaction has locked are skipped.
+    """
+    result = conn.execute(
+        query("queue_message_receive"),
+        {
+            "queue": queue,
+            "now": now,
+            "limit": limit,
+            "max_receive_count": max_receive_count,
+            "visibility_timeout_s": float(visibility_timeout_s),
+        },
+    )
+    rows = sorted(result, key=lambda r: (r.created_at, r.id))
+    return [
+        ReceivedMessage(
+            id=r.id,
+            body_json=r.body,
+            receipt_handle=r.receipt_handle,
+            receive_count=r.receive_count,
+            created_at=r.created_at,
+        )
+        for r in rows
+    ]
+
+
+def delete_many(conn: Connection, *, queue: str, receipt_handles: Iterable[uuid.UUID]) -> None:
+    """Delete the messages whose current receipt handle is one of `receipt_handles`; a
+    stale handle (the message was received again since) deletes nothing
+    (`queue_message_delete_many`)."""
+    conn.execute(
+        query("queue_message_delete_many"),
+        {"queue": queue, "handles": id_array(receipt_handles)},
+    )
+
+
+def change_visibility(
+    conn: Connection, *, queue: str, receipt_handle: uuid.UUID, now: datetime, timeout_s: float
+) -> None:
+    """Make the message of `receipt_handle` visible `timeout_s` seconds after `now` (aware
+    UTC; 0: visible now); a stale handle or a dead letter changes nothing
+    (`queue_message_change_visibility`)."""
+    conn.execute(
+        query("queue_message_change_visibility"),
+        {"queue": queue, "handle": receipt_handle, "now": now, "timeout_s": float(timeout_s)},
+    )
+
+
+def change_visibility_many(
+    conn: Connection, *, queue: str, changes: Iterable[tuple[uuid.UUID, float]], now: datetime
+) -> None:
+    """`change_visibility` for many messages in one statement: (receipt handle, timeout in
+    seconds after `now`) pairs (`queue_message_change_visibility_many`)."""
+    conn.execute(
+        query("queue_message_change_visibility_many"),
+        {
+            "queue": queue,
+            "rows": json_rows({"handle": h, "timeout_s": float(t)} for h, t in changes),
+            "now": now,
+        },
+    )
+
+
+def depth(conn: Connection, *, queue: str, now: datetime) -> Depth:
+    """Count the queue's messages as of `now` (aware UTC); reads only
+    (`queue_message_depth`)."""
+    row = conn.execute(query("queue_message_depth"), {"queue": queue, "now": now}).one()
+    return Depth(visible=row.visible, not_visible=row.not_visible, dead_lettered=row.dead_lettered)
+
+
+def list_dead(conn: Connection, *, queue: str, limit: int) -> list[DeadMessage]:
+    """Up to `limit` dead letters, oldest dead-lettered first (then by id); no lock
+    (`queue_message_list_dead`)."""
+    rows = conn.execute(query("queue_message_list_dead"), {"queue": queue, "limit": limit})
+    return [_dead(r) for r in rows]
+
+
+def lock_dead_unrecorded(conn: Connection, *, queue: str, limit: int) -> list[DeadMessage]:
+    """Up to `limit` dead letters whose occurrence is not recorded yet, oldest first,
+    row-locked `FOR UPDATE SKIP LOCKED` until the caller's transaction ends
+    (`queue_message_lock_dead_unrecorded`)."""
+    rows = conn.execute(
+        query("queue_message_lock_dead_unrecorded"), {"queue": queue, "limit": limit}
+    )
+    return [_dead(r) for r in rows]
+
+
+def mark_dead_recorded(conn: Connection, *, queue: str, ids: Iterable[int], now: datetime) -> None:
+    """Set `dead_letter_recorded_at = now` (aware UTC) on the dead letters of `ids`; ids
+    not dead-lettered are left alone (`queue_message_mark_dead_recorded`)."""
+    conn.execute(
+        query("queue_message_mark_dead_recorded"), {"queue": queue, "ids": list(ids), "now": now}
+    )
+
+
+def redrive(conn: Connection, *, queue: str, ids: Iterable[int], now: datetime) -> list[int]:
+    """Move the dead letters of `ids` back to the queue: visible at `now` (aware UTC),
+    receive count 0, body marked `"replay": true` (`queue_message_redrive`). Returns the
+    ids moved (an id that is no dead letter is not)."""
+    result = conn.execute(
+        query("queue_message_redrive"), {"queue": queue, "ids": list(ids), "now": now}
+    )
+    return list(result.scalars())
+
+
+def delete_dead(conn: Connection, *, queue: str, ids: Iterable[int]) -> list[int]:
+    """Delete the dead letters of `ids` (`queue_message_delete_dead`); returns the ids
+    deleted (an id that is no dead letter is not)."""
+    result = conn.execute(query("queue_message_delete_dead"), {"queue": queue, "ids": list(ids)})
+    return list(result.scalars())
+
+
+def purge_dead(conn: Connection, *, queue: str) -> list[int]:
+    """Delete every dead letter of the queue (`queue_message_purge_dead`); returns their
+    ids."""
+    return list(conn.execute(query("queue_message_purge_dead"), {"queue": queue}).scalars())
+
+
+def _dead(row: Row[Any]) -> DeadMessage:
+    return DeadMessage(
+        id=row.id,
+        body=dict(row.body),
+        receive_count=row.receive_count,
+        dead_lettered_at=row.dead_lettered_at,
+        dead_letter_recorded_at=row.dead_letter_recorded_at,
+    )

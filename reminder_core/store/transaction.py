@@ -1,0 +1,23 @@
+"""Typed statements on the settings of the caller's current transaction
+(`sql/transaction.sql`; no table). Each setting lasts until that transaction ends; no
+function commits."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from reminder_core.store._statements import query
+
+
+def set_lock_timeout(conn: Connection, *, timeout_ms: int) -> None:
+    """For the rest of the transaction, give up on a lock after `timeout_ms` milliseconds
+    (PostgreSQL `lock_timeout`; the waiting statement then fails with SQLSTATE 55P03)
+    (`transaction_set_lock_timeout`)."""
+    conn.execute(query("transaction_set_lock_timeout"), {"timeout": f"{timeout_ms}ms"})
+
+
+def set_timeouts(conn: Connection, *, timeout_ms: int) -> None:
+    """For the rest of the transaction, end any statement that runs, and give up on any
+    lock wait, after `timeout_ms` milliseconds (PostgreSQL `statement_timeout` and
+    `lock_timeout`: SQLSTATE 57014 and 55P03) (`transaction_set_timeouts`)."""
+    conn.execute(query("transaction_set_timeouts"), {"ms": str(timeout_ms)})
