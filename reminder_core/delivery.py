@@ -4,28 +4,28 @@ terminal state for an occurrence and moving a reminder past it (docs/design.md,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from types import SimpleNamespace
-from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, Row
+from sqlalchemy import Connection
 
 from reminder_core.domain.recurrence import Schedule, next_occurrence
 from reminder_core.domain.states import ReminderStatus
 from reminder_core.errors import InvalidSchedule
 from reminder_core.profiles import Profile
-from reminder_core.scheduling import ScheduleConfig, build_schedule, zone_for
-from reminder_core.store._statements import id_array, json_rows, query
+from reminder_core.scheduling import ScheduleColumns, ScheduleConfig, build_schedule, zone_for
+from reminder_core.store import reminders
+from reminder_core.store.reminders import ReminderAdvance, ReminderToAdvance
 
 log = logging.getLogger(__name__)
 
 
-def schedule_of_row(row: Row[Any] | SimpleNamespace, config: ScheduleConfig) -> Schedule:
+def schedule_of_row(row: ScheduleColumns, config: ScheduleConfig) -> Schedule:
     """The Schedule of a reminders row (needs start_local, all_day, rrule, exdates,
     dst_nonexistent, dst_ambiguous). Raises InvalidSchedule for a rule that the current
     limits refuse."""
@@ -70,14 +70,14 @@ class Advance:
 
 
 def decide_advance(
-    current: Row[Any] | SimpleNamespace, advance: Advance, config: ScheduleConfig
+    current: ReminderToAdvance, advance: Advance, config: ScheduleConfig
 ) -> tuple[ReminderStatus, datetime | None, str | None] | None:
     """Where a reminder goes after `advance`: (status, next_run_utc, last_error), or None
     when a user change (cancel, pause, reschedule) already moved it (docs/design.md,
     "A cancel or change wins").
 
     Args:
-        current: the reminder row as locked now (reminder_lock_many_for_advance columns).
+        current: the reminder as locked now (`reminders.lock_many_for_advance`).
         advance: the occurrence just handled.
         config: recurrence limits.
 
@@ -135,30 +135,14 @@ def advance_reminder(
     reminder: a newer version is never overwritten (docs/design.md,
     "A cancel or change wins").
 
+    Side effects: `advance_reminders` with this one reminder (row-locked, then updated in
+    the caller's transaction).
+
     Returns:
         The new status, or None when nothing changed.
     """
-    current = conn.execute(query("reminder_lock_for_advance"), {"id": reminder_id}).one_or_none()
-    if current is None:
-        return None
-    decided = decide_advance(
-        current, Advance(reminder_id, occurrence_utc, zone, after, sent, error), config
-    )
-    if decided is None:
-        return None
-    status, next_run, last_error = decided
-    conn.execute(
-        query("reminder_advance"),
-        {
-            "id": reminder_id,
-            "run_time_utc": occurrence_utc,
-            "status": status.value,
-            "next_run_utc": next_run,
-            "last_error": last_error,
-            "now": now,
-        },
-    )
-    return status
+    advance = Advance(reminder_id, occurrence_utc, zone, after, sent, error)
+    return advance_reminders(conn, [advance], now=now, config=config).get(reminder_id)
 
 
 def advance_reminders(
@@ -176,10 +160,7 @@ def advance_reminders(
     if not advances:
         return {}
     ids = sorted({a.reminder_id for a in advances})
-    rows: dict[uuid.UUID, Row[Any] | SimpleNamespace] = {
-        r.id: r
-        for r in conn.execute(query("reminder_lock_many_for_advance"), {"ids": id_array(ids)})
-    }
+    rows = {r.id: r for r in reminders.lock_many_for_advance(conn, ids)}
     final: dict[uuid.UUID, tuple[datetime, ReminderStatus, datetime | None, str | None]] = {}
     for advance in advances:
         current = rows.get(advance.reminder_id)
@@ -197,30 +178,18 @@ def advance_reminders(
             last_error,
         )
         if len(ids) < len(advances):  # maybe named again: the next entry sees this one
-            rows[advance.reminder_id] = SimpleNamespace(
-                **{
-                    **(
-                        vars(current) if isinstance(current, SimpleNamespace) else current._asdict()
-                    ),
-                    "status": status.value,
-                    "next_run_utc": next_run,
-                }
+            rows[advance.reminder_id] = dataclasses.replace(
+                current, status=status, next_run_utc=next_run
             )
     if final:
-        conn.execute(
-            query("reminder_advance_many"),
-            {
-                "rows": json_rows(
-                    {
-                        "id": k,
-                        "run_time_utc": v[0],
-                        "status": v[1].value,
-                        "next_run_utc": v[2],
-                        "last_error": v[3],
-                    }
-                    for k, v in final.items()
-                ),
-                "now": now,
-            },
+        reminders.advance_many(
+            conn,
+            [
+                ReminderAdvance(
+                    id=k, run_time_utc=v[0], status=v[1], next_run_utc=v[2], last_error=v[3]
+                )
+                for k, v in final.items()
+            ],
+            now=now,
         )
     return {k: v[1] for k, v in final.items()}

@@ -7,10 +7,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, Engine, Row
+from sqlalchemy import Connection, Engine
 
 from reminder_core.delivery import advance_reminder, schedule_of_row, zone_or_none
 from reminder_core.domain.misfire import MisfirePlan, plan_misfire
@@ -21,7 +20,9 @@ from reminder_core.errors import InfrastructureError, InvalidSchedule
 from reminder_core.logging import delivery_fields
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.scheduling import ScheduleConfig
-from reminder_core.store._statements import id_array, json_rows, query
+from reminder_core.store import delivery_log, reminders
+from reminder_core.store.delivery_log import DeliveryToBegin, TerminalDelivery
+from reminder_core.store.reminders import ReminderForSend, ReminderSendState
 from reminder_core.suppression import (
     Refusal,
     paused_refusal,
@@ -51,7 +52,7 @@ class _ToTake:
     """An occurrence to lease: the misfire plan chose `chosen`."""
 
     received: Received
-    reminder: Row[Any]
+    reminder: ReminderForSend
     profile: Profile | None
     zone: ZoneInfo | None
     chosen: datetime
@@ -127,14 +128,12 @@ class Begin:
             return [], decided
         with self._engine.begin() as conn:
             batch = _Batch(conn, now, decided)
-            ids = id_array({r.occurrence.reminder_id for r, _ in live})
-            reminders = {
-                r.id: r for r in conn.execute(query("reminder_get_many_for_send"), {"ids": ids})
-            }
+            ids = {r.occurrence.reminder_id for r, _ in live}
+            found = {r.id: r for r in reminders.get_many_for_send(conn, ids)}
             blocked = refusals(conn, {p.email for _, p in live if p is not None})
             for r, profile in live:
                 refusal = blocked.get(profile.email) if profile is not None else None
-                self._decide(batch, r, reminders.get(r.occurrence.reminder_id), profile, refusal)
+                self._decide(batch, r, found.get(r.occurrence.reminder_id), profile, refusal)
             self._record_terminal(batch)
             self._record_paused(batch)
             record_refusals(conn, batch.refused, now=now)  # pause (recurring) or fail
@@ -167,7 +166,7 @@ class Begin:
         self,
         batch: _Batch,
         r: Received,
-        reminder: Row[Any] | None,
+        reminder: ReminderForSend | None,
         profile: Profile | None,
         refusal: Refusal | None,
     ) -> None:
@@ -181,7 +180,8 @@ class Begin:
         elif (
             reminder.status == ReminderStatus.PAUSED
             and reminder.next_run_utc == occ.run_time_utc
-            and paused_refusal(reminder, occ.run_time_utc) is None
+            # suppression.paused_refusal is still annotated Row[Any] (its owner retypes it)
+            and paused_refusal(reminder, occ.run_time_utc) is None  # type: ignore[arg-type]
         ):
             # Paused by its user while this message was on its way: the occurrence is
             # still the reminder's next one and is claimed again on resume (same key), so
@@ -190,7 +190,8 @@ class Begin:
             batch.paused.append(r)
         elif not still_due(reminder, occ.run_time_utc):
             status, error = DeliveryStatus.CANCELLED, f"superseded: reminder is {reminder.status}"
-            if (held := paused_refusal(reminder, occ.run_time_utc)) is not None:
+            held = paused_refusal(reminder, occ.run_time_utc)  # type: ignore[arg-type]
+            if held is not None:
                 status, error = DeliveryStatus.SUPPRESSED, held.error
                 batch.refused.append((occ.reminder_id, occ.run_time_utc, held))
             batch.terminal.append(
@@ -209,7 +210,7 @@ class Begin:
         self,
         batch: _Batch,
         r: Received,
-        reminder: Row[Any],
+        reminder: ReminderForSend,
         profile: Profile | None,
         refusal: Refusal | None,
     ) -> None:
@@ -217,10 +218,9 @@ class Begin:
         cancelled or paused meanwhile, or its recipient is suppressed."""
         occ, conn, now = r.occurrence, batch.conn, batch.now
         if reminder.status in (ReminderStatus.CANCELLED, ReminderStatus.PAUSED):
-            conn.execute(
-                query("delivery_cancel_replay"),
-                {"reminder_id": occ.reminder_id, "run_time_utc": occ.run_time_utc,
-                 "error": f"replay skipped: reminder is {reminder.status}", "now": now},
+            delivery_log.cancel_replay(
+                conn, reminder_id=occ.reminder_id, run_time_utc=occ.run_time_utc,
+                error=f"replay skipped: reminder is {reminder.status}", now=now,
             )  # fmt: skip
             batch.decided.append(Decided.of(r, Outcome.CANCELLED))
         elif refusal is not None:
@@ -235,7 +235,7 @@ class Begin:
             batch.to_take.append(_ToTake(r, reminder, profile, zone, occ.run_time_utc))
 
     def _apply_misfire(
-        self, batch: _Batch, r: Received, reminder: Row[Any], profile: Profile | None
+        self, batch: _Batch, r: Received, reminder: ReminderForSend, profile: Profile | None
     ) -> None:
         """Pick what to send of what is already due (misfire policy, docs/design.md,
         "Missed runs"); record the older occurrences `missed`; a reminder with nothing
@@ -260,7 +260,7 @@ class Begin:
             batch.to_take.append(_ToTake(r, reminder, profile, zone, plan.send))
 
     def _plan(
-        self, batch: _Batch, reminder: Row[Any], r: Received, zone: ZoneInfo | None
+        self, batch: _Batch, reminder: ReminderForSend, r: Received, zone: ZoneInfo | None
     ) -> MisfirePlan:
         """Which due occurrence to send now, and which to record as missed."""
         occ, conn, now = r.occurrence, batch.conn, batch.now
@@ -274,10 +274,9 @@ class Begin:
             except InvalidSchedule as exc:
                 log.warning("cannot list due occurrences", extra=_fields(r, error=exc))
         if len(due) > 1:
-            in_flight = conn.execute(
-                query("delivery_get_in_flight"),
-                {"reminder_id": occ.reminder_id, "from_utc": occ.run_time_utc},
-            ).scalar_one_or_none()
+            in_flight = delivery_log.get_in_flight(
+                conn, reminder_id=occ.reminder_id, from_utc=occ.run_time_utc
+            )
             if in_flight is not None and in_flight in due:
                 # An earlier attempt already chose this one: keep it (its row is `sending`).
                 return MisfirePlan(send=in_flight, missed=tuple(d for d in due if d < in_flight))
@@ -295,26 +294,16 @@ class Begin:
         distinct: dict[tuple[uuid.UUID, datetime], _Terminal] = {}
         for t in sorted(batch.terminal, key=lambda t: (t.reminder_id, t.run_time_utc)):
             distinct.setdefault((t.reminder_id, t.run_time_utc), t)
-        recorded = {
-            (row.reminder_id, row.run_time_utc): row.status
-            for row in conn.execute(
-                query("delivery_record_terminal_many"),
-                {
-                    "rows": json_rows(
-                        {
-                            "reminder_id": t.reminder_id,
-                            "user_id": t.user_id,
-                            "run_time_utc": t.run_time_utc,
-                            "status": t.status.value,
-                            "error": t.error,
-                        }
-                        for t in distinct.values()
-                    ),
-                    "now": now,
-                    "lease_expired_before": now - timedelta(seconds=self.lease_s),
-                },
-            )
-        }
+        recorded = delivery_log.record_terminal_many(
+            conn,
+            [
+                TerminalDelivery(reminder_id=t.reminder_id, user_id=t.user_id,
+                                 run_time_utc=t.run_time_utc, status=t.status, error=t.error)
+                for t in distinct.values()
+            ],
+            now=now,
+            lease_expired_before=now - timedelta(seconds=self.lease_s),
+        )  # fmt: skip
         # A row the provider reported sent (its sender died) was recorded `sent`: the
         # email went out, so no refusal fails or pauses its reminder for it.
         sent = {key for key, status in recorded.items() if status == DeliveryStatus.SENT}
@@ -344,19 +333,12 @@ class Begin:
         carries the provider's evidence of the send (one statement for the batch)."""
         if not batch.paused:
             return
-        rows = batch.conn.execute(
-            query("delivery_record_evidenced_sent_many"),
-            {
-                "rows": json_rows(
-                    {"reminder_id": r.occurrence.reminder_id,
-                     "run_time_utc": r.occurrence.run_time_utc}
-                    for r in batch.paused
-                ),
-                "now": batch.now,
-                "lease_expired_before": batch.now - timedelta(seconds=self.lease_s),
-            },
-        )  # fmt: skip
-        sent = {(row.reminder_id, row.run_time_utc) for row in rows}
+        sent = delivery_log.record_evidenced_sent_many(
+            batch.conn,
+            [r.occurrence.key for r in batch.paused],
+            now=batch.now,
+            lease_expired_before=batch.now - timedelta(seconds=self.lease_s),
+        )
         for r in batch.paused:
             occ = r.occurrence
             outcome = Outcome.SENT if (occ.reminder_id, occ.run_time_utc) in sent else None
@@ -377,22 +359,17 @@ class Begin:
             else:
                 seen.add(key)
                 tokens[uuid.uuid4()] = t
-        rows = conn.execute(
-            query("delivery_begin_many"),
-            {
-                "rows": json_rows(
-                    {
-                        "reminder_id": t.received.occurrence.reminder_id,
-                        "user_id": t.reminder.user_id,
-                        "run_time_utc": t.chosen,
-                        "lease_token": token,
-                    }
-                    for token, t in tokens.items()
-                ),
-                "now": now,
-                "lease_expired_before": now - timedelta(seconds=self.lease_s),
-            },
-        )
+        rows = delivery_log.begin_many(
+            conn,
+            [
+                DeliveryToBegin(reminder_id=t.received.occurrence.reminder_id,
+                                user_id=t.reminder.user_id, run_time_utc=t.chosen,
+                                lease_token=token)
+                for token, t in tokens.items()
+            ],
+            now=now,
+            lease_expired_before=now - timedelta(seconds=self.lease_s),
+        )  # fmt: skip
         taken = {row.lease_token: row for row in rows}
         for token, t in tokens.items():
             row = taken.get(token)
@@ -415,15 +392,15 @@ class Begin:
     def _not_taken(self, batch: _Batch, t: _ToTake) -> Decided:
         """The occurrence is held by another worker (BUSY) or already terminal."""
         occ, conn, now = t.received.occurrence, batch.conn, batch.now
-        params = {"reminder_id": occ.reminder_id, "run_time_utc": t.chosen}
-        status = conn.execute(query("delivery_get_status"), params).scalar_one_or_none()
-        if status == DeliveryStatus.SENDING:
+        status = delivery_log.get_status(conn, reminder_id=occ.reminder_id, run_time_utc=t.chosen)
+        if status is DeliveryStatus.SENDING:
             # Come back when the holder's lease ends (not at every visibility timeout,
             # which would burn receives toward the dead-letter queue).
-            left = conn.execute(
-                query("delivery_get_lease_left"), {**params, "lease_s": self.lease_s, "now": now}
-            ).scalar_one_or_none()
-            hide = float(left) + 1 if left is not None else None
+            left = delivery_log.get_lease_left(
+                conn, reminder_id=occ.reminder_id, run_time_utc=t.chosen, lease_s=self.lease_s,
+                now=now,
+            )  # fmt: skip
+            hide = left + 1 if left is not None else None
             return Decided.of(t.received, Outcome.BUSY, run_time_utc=t.chosen, hide_for_s=hide)
         # Already terminal, yet the reminder still points here (e.g. re-driven after a
         # crash, or its sender died between recording the send and moving the reminder
@@ -437,7 +414,7 @@ class Begin:
         return Decided.of(t.received, Outcome.DUPLICATE, run_time_utc=t.chosen)
 
 
-def still_due(reminder: Row[Any], run_time_utc: datetime) -> bool:
+def still_due(reminder: ReminderForSend | ReminderSendState, run_time_utc: datetime) -> bool:
     """True when the reminder still wants this occurrence (no cancel, pause or reschedule)."""
     return (
         reminder.status in (ReminderStatus.CLAIMED, ReminderStatus.PENDING)

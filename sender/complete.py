@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +27,8 @@ from tenacity import (
 
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.metrics import COMPLETER_FLUSHED, COMPLETER_FLUSHES, COMPLETER_WAIT
-from reminder_core.store._statements import json_rows, query
+from reminder_core.store import delivery_log
+from reminder_core.store.delivery_log import DeliveryOutcome
 from sender.work import Outcome, SendResult, log
 
 #: Seconds without an outcome after which the completer gives its connection back to the
@@ -283,7 +285,7 @@ class Completer:
         """Write `results` in one statement (retried on failure); withdrawn ones are
         returned unwritten (the batch end deletes or releases their rows)."""
         writes = [r for r in results if _writes(r)]
-        recorded: dict[object, bool] = {}
+        recorded: dict[uuid.UUID, bool] = {}
         if writes:
             now = self._clock()
             rows = [_row(r) for r in writes]
@@ -298,7 +300,7 @@ class Completer:
             for r in results
         ]  # fmt: skip
 
-    def _write_again(self, rows: list[dict[str, object]], now: datetime) -> dict[object, bool]:
+    def _write_again(self, rows: list[DeliveryOutcome], now: datetime) -> dict[uuid.UUID, bool]:
         """Retry a failed flush (backoff with jitter, up to `retry_budget_s`); each try
         first finds the rows an earlier one may have written (see `_write`).
 
@@ -321,27 +323,22 @@ class Completer:
         raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
 
     def _write(
-        self, rows: list[dict[str, object]], now: datetime, *, check_earlier: bool
-    ) -> dict[object, bool]:
+        self, rows: list[DeliveryOutcome], now: datetime, *, check_earlier: bool
+    ) -> dict[uuid.UUID, bool]:
         """One statement on the completer's connection; returns {delivery id recorded:
         whether its reminder was finished too}."""
         try:
             conn = self._connection()
-            earlier: dict[object, bool] = {}
+            earlier: dict[uuid.UUID, bool] = {}
             if check_earlier:
                 # The failed attempt may have committed before its connection broke (its
                 # reminders are then moved on at the batch end: finished False).
-                found = conn.execute(
-                    query("delivery_list_recorded_at"), {"rows": json_rows(rows), "now": now}
-                )
-                earlier = dict.fromkeys(found.scalars(), False)
-            pending = [row for row in rows if row["id"] not in earlier]
+                found = delivery_log.list_recorded_at(conn, rows, now=now)
+                earlier = dict.fromkeys(found, False)
+            pending = [row for row in rows if row.id not in earlier]
             if not pending:
                 return earlier
-            done = conn.execute(
-                query("delivery_complete_many"), {"rows": json_rows(pending), "now": now}
-            )
-            return earlier | {row.id: row.finished for row in done}
+            return earlier | delivery_log.complete_many(conn, pending, now=now)
         except DBAPIError:
             self._drop_connection()
             raise
@@ -375,29 +372,29 @@ def _writes(result: SendResult) -> bool:
     return not result.withdrawn
 
 
-def _row(result: SendResult) -> dict[str, object]:
-    """The delivery_complete_many row of one outcome: SENT and FAILED complete the row;
-    RETRY and RELEASED give its lease back (status stays `sending`)."""
+def _row(result: SendResult) -> DeliveryOutcome:
+    """The `delivery_log.complete_many` row of one outcome: SENT and FAILED complete the
+    row; RETRY and RELEASED give its lease back (status stays `sending`)."""
     begun = result.begun
     receipt = result.receipt
     status = {
         Outcome.SENT: DeliveryStatus.SENT,
         Outcome.FAILED: DeliveryStatus.FAILED,
     }.get(result.outcome, DeliveryStatus.SENDING)
-    return {
-        "id": begun.delivery_id,
-        "run_time_utc": begun.chosen,
-        "lease_token": begun.lease_token,
-        "status": status.value,
-        "sent_at": result.sent_at,
-        "provider": receipt.provider if receipt else result.pinned,
-        "provider_message_id": receipt.provider_message_id if receipt else None,
-        "recipient": result.recipient if status is not DeliveryStatus.SENDING else None,
-        "error": _error_text(result),
-        "attempts": result.attempts,
-        "reminder_id": begun.occurrence.reminder_id,
-        "occurrence_utc": begun.occurrence.run_time_utc,
-    }
+    return DeliveryOutcome(
+        id=begun.delivery_id,
+        run_time_utc=begun.chosen,
+        lease_token=begun.lease_token,
+        status=status,
+        sent_at=result.sent_at,
+        provider=receipt.provider if receipt else result.pinned,
+        provider_message_id=receipt.provider_message_id if receipt else None,
+        recipient=result.recipient if status is not DeliveryStatus.SENDING else None,
+        error=_error_text(result),
+        attempts=result.attempts,
+        reminder_id=begun.occurrence.reminder_id,
+        occurrence_utc=begun.occurrence.run_time_utc,
+    )
 
 
 def _error_text(result: SendResult) -> str | None:

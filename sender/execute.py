@@ -21,7 +21,7 @@ from reminder_core.errors import (
 )
 from reminder_core.logging import delivery_fields
 from reminder_core.metrics import POSSIBLE_DUPLICATES, SENDS_RECOVERED
-from reminder_core.store._statements import query
+from reminder_core.store import delivery_log
 from sender.providers.base import ChoosingProvider, OutgoingEmail, Provider, SendReceipt
 from sender.recheck import Recheck
 from sender.render import Renderer
@@ -163,16 +163,14 @@ class Executor:
         receipt to record instead of sending again; None without evidence."""
         begun = attempt.begun
         with self._engine.connect() as conn:
-            row = conn.execute(
-                query("delivery_get_evidence"),
-                {"id": begun.delivery_id, "run_time_utc": begun.chosen,
-                 "lease_token": begun.lease_token},
-            ).one_or_none()  # fmt: skip
-        if row is None:
+            evidence = delivery_log.get_evidence(conn, lease=begun.lease)
+        if evidence is None:
             return None
-        receipt = SendReceipt(provider=row.provider, provider_message_id=row.provider_message_id)
+        receipt = SendReceipt(
+            provider=evidence.provider, provider_message_id=evidence.provider_message_id
+        )
         self._log_recovered(begun, receipt)
-        attempt.accepted_at = row.sent_at
+        attempt.accepted_at = evidence.sent_at
         return receipt
 
     def _log_recovered(self, begun: Begun, receipt: SendReceipt) -> None:
@@ -309,11 +307,7 @@ class Executor:
         if pinned is None or pinned == attempt.pinned:
             return
         with self._engine.begin() as conn:
-            conn.execute(
-                query("delivery_pin_provider"),
-                {"id": begun.delivery_id, "run_time_utc": begun.chosen,
-                 "lease_token": begun.lease_token, "provider": pinned},
-            )  # fmt: skip
+            delivery_log.pin_provider(conn, lease=begun.lease, provider=pinned)
         attempt.pinned = pinned
 
     def _sleep(self, seconds: float) -> None:

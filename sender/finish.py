@@ -9,8 +9,10 @@ from datetime import datetime
 from sqlalchemy import Connection, Engine
 
 from reminder_core.delivery import Advance, advance_reminders
+from reminder_core.domain.states import DeliveryStatus
 from reminder_core.scheduling import ScheduleConfig
-from reminder_core.store._statements import json_rows, query
+from reminder_core.store import delivery_log, reminders
+from reminder_core.store.delivery_log import DeliveryOutcome
 from sender.complete import Recorded
 from sender.work import Decided, Outcome, SendResult, log
 
@@ -68,9 +70,8 @@ def finish_batch(
         with engine.begin() as conn:
             advance_reminders(conn, advances, now=now, config=config)
             for result in replays:
-                conn.execute(
-                    query("reminder_complete_replayed"),
-                    {"id": result.begun.occurrence.reminder_id, "now": now},
+                reminders.complete_replayed(
+                    conn, reminder_id=result.begun.occurrence.reminder_id, now=now
                 )
             _give_back(conn, withdrawn, now)
     return decided
@@ -94,28 +95,19 @@ def _give_back(conn: Connection, withdrawn: Sequence[SendResult], now: datetime)
     stays, released."""
     if not withdrawn:
         return
-    keys = [
-        {"id": r.begun.delivery_id, "run_time_utc": r.begun.chosen,
-         "lease_token": r.begun.lease_token}
-        for r in withdrawn
-    ]  # fmt: skip
-    conn.execute(query("delivery_withdraw_many"), {"rows": json_rows(keys)})
-    conn.execute(
-        query("delivery_complete_many"),
-        {
-            "rows": json_rows(
-                {
-                    **k,
-                    "status": "sending",
-                    "sent_at": None,
-                    "provider": None,
-                    "provider_message_id": None,
-                    "recipient": None,
-                    "error": WITHDRAWN,
-                    "attempts": 0,
-                }
-                for k in keys
-            ),
-            "now": now,
-        },
-    )
+    delivery_log.withdraw_many(conn, [r.begun.lease for r in withdrawn])
+    # A release: a `sending` outcome finishes no reminder, whatever it points at.
+    delivery_log.complete_many(
+        conn,
+        [
+            DeliveryOutcome(
+                id=r.begun.delivery_id, run_time_utc=r.begun.chosen,
+                lease_token=r.begun.lease_token, status=DeliveryStatus.SENDING, sent_at=None,
+                provider=None, provider_message_id=None, recipient=None, error=WITHDRAWN,
+                attempts=0, reminder_id=r.begun.occurrence.reminder_id,
+                occurrence_utc=r.begun.occurrence.run_time_utc,
+            )
+            for r in withdrawn
+        ],
+        now=now,
+    )  # fmt: skip

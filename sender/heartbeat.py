@@ -12,7 +12,8 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from reminder_core.queue import Message, Queue
-from reminder_core.store._statements import json_rows, query
+from reminder_core.store import delivery_log
+from reminder_core.store.delivery_log import DeliveryLease
 from sender.work import log
 
 
@@ -44,8 +45,8 @@ class Heartbeat:
         self.visibility_timeout_s = visibility_timeout_s
         self._clock = clock
         self._name = name
-        # receipt handle -> the delivery row held: (id, run_time_utc, lease token)
-        self._held: dict[str, tuple[uuid.UUID, datetime, uuid.UUID] | None] = {}
+        # receipt handle -> the delivery row held under its lease
+        self._held: dict[str, DeliveryLease | None] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -70,7 +71,7 @@ class Heartbeat:
         """Extend the lease of this delivery row with the message from now on."""
         with self._lock:
             if message.receipt_handle in self._held:
-                self._held[message.receipt_handle] = (delivery_id, run_time, lease)
+                self._held[message.receipt_handle] = DeliveryLease(delivery_id, run_time, lease)
 
     def untrack(self, messages: Iterable[Message]) -> None:
         """Stop extending these messages (settled: deleted or handed back)."""
@@ -96,15 +97,7 @@ class Heartbeat:
         leases = [lease for _, lease in held if lease is not None]
         if leases:
             with self._engine.begin() as conn:
-                conn.execute(
-                    query("delivery_heartbeat_many"),
-                    {
-                        "rows": json_rows(
-                            {"id": i, "run_time_utc": r, "lease_token": t} for i, r, t in leases
-                        ),
-                        "now": now,
-                    },
-                )
+                delivery_log.heartbeat_many(conn, leases, now=now)
         return len(held)
 
     def _ensure_thread(self) -> None:

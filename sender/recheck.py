@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from reminder_core.domain.states import ReminderStatus
-from reminder_core.store._statements import id_array, query
+from reminder_core.store import reminders
 from sender.begin import still_due
 from sender.work import Begun, log
 
@@ -57,13 +57,10 @@ class Recheck:
         """Read the waiting sends' reminders; a database error leaves the batch on its
         earlier read (the send goes ahead: the begin transaction checked it)."""
         waiting = list(self._waiting.values())
-        ids = id_array({b.occurrence.reminder_id for b in waiting})
+        ids = {b.occurrence.reminder_id for b in waiting}
         try:
             with self._engine.connect() as conn:
-                reminders = {
-                    r.id: r
-                    for r in conn.execute(query("reminder_get_many_send_state"), {"ids": ids})
-                }
+                states = {r.id: r for r in reminders.get_many_send_state(conn, ids)}
         except DBAPIError as exc:
             log.warning(
                 "could not read the batch's reminders again; sending on the earlier read: %s",
@@ -72,7 +69,7 @@ class Recheck:
         else:
             for b in waiting:
                 occ = b.occurrence
-                reminder = reminders.get(occ.reminder_id)
+                reminder = states.get(occ.reminder_id)
                 if (
                     reminder is None
                     or (

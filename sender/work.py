@@ -14,15 +14,14 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 from zoneinfo import ZoneInfo
-
-from sqlalchemy import Row
 
 from reminder_core.domain.localtime import idempotency_key
 from reminder_core.messages import OccurrenceMessage
 from reminder_core.profiles import Profile
 from reminder_core.queue import Message
+from reminder_core.store.delivery_log import DeliveryLease
+from reminder_core.store.reminders import ReminderForSend
 from sender.providers.base import SendReceipt
 
 #: The logger of every delivery event of every stage (docs/operations.md "Logs" names it).
@@ -69,7 +68,8 @@ class Begun:
 
     Attributes:
         received: the message and its occurrence.
-        reminder: the reminder as read in the begin transaction (reminder_get_many_for_send).
+        reminder: the reminder as read in the begin transaction
+            (`reminder_core.store.reminders.get_many_for_send`).
         profile: the user's profile (None: unknown user, fails permanently at send).
         zone: the zone to render and to compute the next occurrence in (None: unknown).
         chosen: aware UTC; the occurrence to send (the misfire plan may pick a later one
@@ -89,7 +89,7 @@ class Begun:
     """
 
     received: Received
-    reminder: Row[Any]
+    reminder: ReminderForSend
     profile: Profile | None
     zone: ZoneInfo | None
     chosen: datetime
@@ -106,6 +106,11 @@ class Begun:
         object.__setattr__(
             self, "key", idempotency_key(self.received.occurrence.reminder_id, self.chosen)
         )
+
+    @property
+    def lease(self) -> DeliveryLease:
+        """This sender's lease on the row: what fences every write to it."""
+        return DeliveryLease(self.delivery_id, self.chosen, self.lease_token)
 
     @property
     def message(self) -> Message:

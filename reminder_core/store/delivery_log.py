@@ -5,6 +5,7 @@ caller's `Connection` and never commits."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -12,7 +13,7 @@ from enum import StrEnum
 from sqlalchemy import Connection
 
 from reminder_core.domain.states import DeliveryStatus
-from reminder_core.store._statements import query
+from reminder_core.store._statements import json_rows, query
 
 # --- Shared reads ------------------------------------------------------------------------------
 
@@ -73,6 +74,349 @@ def list_page(
 
 
 # --- Sender: begin, complete, heartbeat, withdraw ----------------------------------------------
+
+
+#: An occurrence: (reminder id, run_time_utc aware UTC), the key of its delivery row.
+OccurrenceKey = tuple[uuid.UUID, datetime]
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryLease:
+    """A `sending` row as its lease holder names it: the row (`id`, and `run_time_utc`,
+    aware UTC, its partition) and the holder's fencing token."""
+
+    id: uuid.UUID
+    run_time_utc: datetime
+    lease_token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryToBegin:
+    """An occurrence to take (`begin_many`) under the fresh lease token `lease_token`
+    (`run_time_utc` aware UTC)."""
+
+    reminder_id: uuid.UUID
+    user_id: str
+    run_time_utc: datetime
+    lease_token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryTaken:
+    """A row `begin_many` took, named by the lease token it now carries.
+
+    Attributes:
+        id: the delivery row.
+        lease_token: the token of the `DeliveryToBegin` that took it.
+        provider: the provider an earlier attempt pinned, or that gave the evidence.
+        provider_message_id, sent_at, recipient: the provider's evidence that it already
+            accepted the email (`sent_at` aware UTC); None without evidence.
+        taken_over: the row was `sending` under a lease that ended without a heartbeat
+            (its sender died: a possible duplicate).
+    """
+
+    id: uuid.UUID
+    lease_token: uuid.UUID
+    provider: str | None
+    provider_message_id: str | None
+    sent_at: datetime | None
+    recipient: str | None
+    taken_over: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalDelivery:
+    """An occurrence that ends without a provider call (`record_terminal_many`): its
+    `status` (cancelled, suppressed, missed) and why (`run_time_utc` aware UTC)."""
+
+    reminder_id: uuid.UUID
+    user_id: str
+    run_time_utc: datetime
+    status: DeliveryStatus
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryOutcome:
+    """What the completer writes for one send (`complete_many`), fenced by its lease.
+
+    Attributes:
+        id, run_time_utc, lease_token: the row and the holder's lease (as DeliveryLease).
+        status: SENT or FAILED completes the row; SENDING releases its lease.
+        sent_at: aware UTC, when the provider accepted it (SENT).
+        provider: the provider that accepted it, or that an ambiguous attempt reached.
+        provider_message_id: the provider's id (SENT).
+        recipient: the address it went to (None keeps the row's).
+        error: why it failed or was handed back (None when sent).
+        attempts: provider calls made by this holder (added to the row's count).
+        reminder_id, occurrence_utc: the reminder and the occurrence it points at (aware
+            UTC); a one-time reminder still there is finished with a SENT or FAILED row.
+    """
+
+    id: uuid.UUID
+    run_time_utc: datetime
+    lease_token: uuid.UUID
+    status: DeliveryStatus
+    sent_at: datetime | None
+    provider: str | None
+    provider_message_id: str | None
+    recipient: str | None
+    error: str | None
+    attempts: int
+    reminder_id: uuid.UUID
+    occurrence_utc: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryEvidence:
+    """The provider's evidence that it accepted a `sending` row's email (written by its
+    webhook together with the provider's name): `sent_at` is aware UTC."""
+
+    provider: str
+    provider_message_id: str
+    sent_at: datetime
+
+
+def get_in_flight(
+    conn: Connection, *, reminder_id: uuid.UUID, from_utc: datetime
+) -> datetime | None:
+    """The latest occurrence (aware UTC) of this reminder at or after `from_utc` whose row
+    is `sending`, None when there is none (`delivery_get_in_flight`)."""
+    return conn.execute(
+        query("delivery_get_in_flight"), {"reminder_id": reminder_id, "from_utc": from_utc}
+    ).scalar_one_or_none()
+
+
+def get_lease_left(
+    conn: Connection,
+    *,
+    reminder_id: uuid.UUID,
+    run_time_utc: datetime,
+    lease_s: float,
+    now: datetime,
+) -> float | None:
+    """Seconds (>= 0) until the lease of `lease_s` seconds on this occurrence's `sending`
+    row ends, as of `now` (aware UTC); None when the row is not `sending` or nobody holds
+    it (`delivery_get_lease_left`)."""
+    left = conn.execute(
+        query("delivery_get_lease_left"),
+        {"reminder_id": reminder_id, "run_time_utc": run_time_utc, "lease_s": lease_s, "now": now},
+    ).scalar_one_or_none()
+    return None if left is None else float(left)
+
+
+def pin_provider(conn: Connection, *, lease: DeliveryLease, provider: str) -> None:
+    """Record `provider` on the row while it is still `sending` under `lease` (nothing
+    happens once the lease was taken over or the row ended) (`delivery_pin_provider`)."""
+    conn.execute(
+        query("delivery_pin_provider"),
+        {
+            "id": lease.id,
+            "run_time_utc": lease.run_time_utc,
+            "lease_token": lease.lease_token,
+            "provider": provider,
+        },
+    )
+
+
+def cancel_replay(
+    conn: Connection, *, reminder_id: uuid.UUID, run_time_utc: datetime, error: str, now: datetime
+) -> None:
+    """End a replayed occurrence's unleased `sending` row as `cancelled` with `error`,
+    `updated_at = now` (aware UTC); a row in any other state is left as it is
+    (`delivery_cancel_replay`)."""
+    conn.execute(
+        query("delivery_cancel_replay"),
+        {"reminder_id": reminder_id, "run_time_utc": run_time_utc, "error": error, "now": now},
+    )
+
+
+def begin_many(
+    conn: Connection,
+    rows: Sequence[DeliveryToBegin],
+    *,
+    now: datetime,
+    lease_expired_before: datetime,
+) -> list[DeliveryTaken]:
+    """Take each occurrence of `rows` (distinct keys, inserted in this order: sort them by
+    key so that two senders lock in the same order): insert its row `sending` under its
+    lease token with `locked_at = now`, or take over a `sending` row whose lease was
+    released or is older than `lease_expired_before` (both aware UTC). An occurrence
+    under another live lease, or terminal, is not taken. Returns the rows taken, in no
+    particular order (`delivery_begin_many`)."""
+    taken = conn.execute(
+        query("delivery_begin_many"),
+        {
+            "rows": json_rows(
+                {
+                    "reminder_id": r.reminder_id,
+                    "user_id": r.user_id,
+                    "run_time_utc": r.run_time_utc,
+                    "lease_token": r.lease_token,
+                }
+                for r in rows
+            ),
+            "now": now,
+            "lease_expired_before": lease_expired_before,
+        },
+    )
+    return [
+        DeliveryTaken(
+            id=t.id,
+            lease_token=t.lease_token,
+            provider=t.provider,
+            provider_message_id=t.provider_message_id,
+            sent_at=t.sent_at,
+            recipient=t.recipient,
+            taken_over=t.taken_over,
+        )
+        for t in taken
+    ]
+
+
+def record_terminal_many(
+    conn: Connection,
+    rows: Sequence[TerminalDelivery],
+    *,
+    now: datetime,
+    lease_expired_before: datetime,
+) -> dict[OccurrenceKey, DeliveryStatus]:
+    """Insert each occurrence of `rows` (distinct keys, in this order) with its terminal
+    status. An occurrence that has a row keeps it, except that a CANCELLED or SUPPRESSED
+    one ends a `sending` row whose lease was released or is older than
+    `lease_expired_before` (aware UTC) — as SENT when the row carries the provider's
+    evidence. Returns occurrence key -> status recorded, for the rows written
+    (`delivery_record_terminal_many`)."""
+    recorded = conn.execute(
+        query("delivery_record_terminal_many"),
+        {
+            "rows": json_rows(
+                {
+                    "reminder_id": r.reminder_id,
+                    "user_id": r.user_id,
+                    "run_time_utc": r.run_time_utc,
+                    "status": r.status.value,
+                    "error": r.error,
+                }
+                for r in rows
+            ),
+            "now": now,
+            "lease_expired_before": lease_expired_before,
+        },
+    )
+    return {(r.reminder_id, r.run_time_utc): DeliveryStatus(r.status) for r in recorded}
+
+
+def record_evidenced_sent_many(
+    conn: Connection,
+    keys: Sequence[OccurrenceKey],
+    *,
+    now: datetime,
+    lease_expired_before: datetime,
+) -> set[OccurrenceKey]:
+    """Record SENT each occurrence of `keys` (distinct) whose `sending` row carries the
+    provider's evidence and whose lease was released or is older than
+    `lease_expired_before` (aware UTC); other rows are left as they are. Returns the keys
+    recorded (`delivery_record_evidenced_sent_many`)."""
+    recorded = conn.execute(
+        query("delivery_record_evidenced_sent_many"),
+        {
+            "rows": json_rows(
+                {"reminder_id": reminder_id, "run_time_utc": run_time_utc}
+                for reminder_id, run_time_utc in keys
+            ),
+            "now": now,
+            "lease_expired_before": lease_expired_before,
+        },
+    )
+    return {(r.reminder_id, r.run_time_utc) for r in recorded}
+
+
+def complete_many(
+    conn: Connection, outcomes: Sequence[DeliveryOutcome], *, now: datetime
+) -> dict[uuid.UUID, bool]:
+    """Write each outcome on its row where the row is still `sending` under its lease
+    (`updated_at = now`, aware UTC; the lease cleared), and finish, in the same statement,
+    a one-time reminder still at that occurrence (`completed` when SENT, `failed` with the
+    error when FAILED). Returns delivery id -> whether its reminder was finished, for the
+    rows written; a row missing was taken over or ended by someone else
+    (`delivery_complete_many`)."""
+    done = conn.execute(
+        query("delivery_complete_many"), {"rows": _outcome_rows(outcomes), "now": now}
+    )
+    return {r.id: r.finished for r in done}
+
+
+def list_recorded_at(
+    conn: Connection, outcomes: Sequence[DeliveryOutcome], *, now: datetime
+) -> list[uuid.UUID]:
+    """The ids of the rows of `outcomes` that a `complete_many` at `now` (aware UTC, the
+    same instant) already wrote, e.g. before its connection broke unacknowledged
+    (`delivery_list_recorded_at`)."""
+    found = conn.execute(
+        query("delivery_list_recorded_at"), {"rows": _outcome_rows(outcomes), "now": now}
+    )
+    return list(found.scalars())
+
+
+def _outcome_rows(outcomes: Sequence[DeliveryOutcome]) -> str:
+    return json_rows(
+        {
+            "id": o.id,
+            "run_time_utc": o.run_time_utc,
+            "lease_token": o.lease_token,
+            "status": o.status.value,
+            "sent_at": o.sent_at,
+            "provider": o.provider,
+            "provider_message_id": o.provider_message_id,
+            "recipient": o.recipient,
+            "error": o.error,
+            "attempts": o.attempts,
+            "reminder_id": o.reminder_id,
+            "occurrence_utc": o.occurrence_utc,
+        }
+        for o in outcomes
+    )
+
+
+def heartbeat_many(conn: Connection, leases: Sequence[DeliveryLease], *, now: datetime) -> int:
+    """Extend (`locked_at = now`, aware UTC) the lease of each row of `leases` still
+    `sending` under it; a row locked right now is skipped, not waited for (it gets its
+    extension at the next beat). Returns how many were extended
+    (`delivery_heartbeat_many`)."""
+    result = conn.execute(
+        query("delivery_heartbeat_many"), {"rows": _lease_rows(leases), "now": now}
+    )
+    return int(result.rowcount)
+
+
+def withdraw_many(conn: Connection, leases: Sequence[DeliveryLease]) -> int:
+    """Delete the rows of `leases` still `sending` under them that no provider call ever
+    touched (no attempt counted, no provider recorded); the others stay, for the caller
+    to release. Returns how many were deleted (`delivery_withdraw_many`)."""
+    result = conn.execute(query("delivery_withdraw_many"), {"rows": _lease_rows(leases)})
+    return int(result.rowcount)
+
+
+def _lease_rows(leases: Sequence[DeliveryLease]) -> str:
+    return json_rows(
+        {"id": lease.id, "run_time_utc": lease.run_time_utc, "lease_token": lease.lease_token}
+        for lease in leases
+    )
+
+
+def get_evidence(conn: Connection, *, lease: DeliveryLease) -> DeliveryEvidence | None:
+    """The provider's evidence on the row while it is `sending` under `lease`, None
+    without evidence or once the lease is gone (`delivery_get_evidence`)."""
+    row = conn.execute(
+        query("delivery_get_evidence"),
+        {"id": lease.id, "run_time_utc": lease.run_time_utc, "lease_token": lease.lease_token},
+    ).one_or_none()
+    if row is None:
+        return None
+    return DeliveryEvidence(
+        provider=row.provider, provider_message_id=row.provider_message_id, sent_at=row.sent_at
+    )
 
 
 # --- Provider feedback and evidence ------------------------------------------------------------

@@ -12,6 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from reminder_core.domain.localtime import Ambiguous, Nonexistent
+from reminder_core.domain.misfire import MisfirePolicy
 from reminder_core.domain.states import ReminderStatus
 from reminder_core.store._statements import id_array, json_rows, query
 from reminder_core.store.outbox import OutboxRow
@@ -318,6 +320,170 @@ def backlog(conn: Connection, *, now: datetime) -> BacklogReading:
 
 
 # --- Sender: read for send, lock and advance ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReminderForSend:
+    """A reminder as the sender's begin stage reads it (`get_many_for_send`): what it
+    decides on (status, next_run_utc, misfire policy, suppression pause), renders
+    (title, body, template) and computes occurrences from (the schedule columns, as
+    `reminder_core.delivery.schedule_of_row` reads them). Attributes are the columns:
+    `start_local` and `exdates` are naive local wall-clock times, `next_run_utc` aware
+    UTC, `timezone` None follows the profile's zone, `rrule` None is a one-time reminder."""
+
+    id: uuid.UUID
+    user_id: str
+    title: str
+    body: str | None
+    template: str
+    timezone: str | None
+    rrule: str | None
+    status: ReminderStatus
+    next_run_utc: datetime | None
+    version: int
+    start_local: datetime
+    all_day: bool
+    exdates: Sequence[datetime]
+    dst_nonexistent: Nonexistent
+    dst_ambiguous: Ambiguous
+    misfire_policy: MisfirePolicy
+    max_lateness_s: int
+    paused_reason: str | None
+    suppressed_address: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReminderToAdvance:
+    """A reminder row-locked to be moved past an occurrence (`lock_many_for_advance`):
+    its state and its current schedule (columns as in `ReminderForSend`)."""
+
+    id: uuid.UUID
+    user_id: str
+    timezone: str | None
+    rrule: str | None
+    status: ReminderStatus
+    next_run_utc: datetime | None
+    start_local: datetime
+    all_day: bool
+    exdates: Sequence[datetime]
+    dst_nonexistent: Nonexistent
+    dst_ambiguous: Ambiguous
+
+
+@dataclass(frozen=True, slots=True)
+class ReminderAdvance:
+    """One reminder to move on (`advance_many`): from the occurrence `run_time_utc` (aware
+    UTC) to `status` with `next_run_utc` (aware UTC; None when there is none) and
+    `last_error` (None clears it)."""
+
+    id: uuid.UUID
+    run_time_utc: datetime
+    status: ReminderStatus
+    next_run_utc: datetime | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReminderSendState:
+    """What the sender re-reads of a reminder during its batch (`get_many_send_state`):
+    whether it still wants the occurrence it was claimed for (`next_run_utc` aware UTC)."""
+
+    id: uuid.UUID
+    status: ReminderStatus
+    next_run_utc: datetime | None
+
+
+def get_many_for_send(conn: Connection, ids: Iterable[uuid.UUID]) -> list[ReminderForSend]:
+    """The reminders of `ids` that exist, in no particular order, unlocked
+    (`reminder_get_many_for_send`)."""
+    rows = conn.execute(query("reminder_get_many_for_send"), {"ids": id_array(ids)})
+    return [
+        ReminderForSend(
+            id=r.id,
+            user_id=r.user_id,
+            title=r.title,
+            body=r.body,
+            template=r.template,
+            timezone=r.timezone,
+            rrule=r.rrule,
+            status=ReminderStatus(r.status),
+            next_run_utc=r.next_run_utc,
+            version=r.version,
+            start_local=r.start_local,
+            all_day=r.all_day,
+            exdates=r.exdates,
+            dst_nonexistent=r.dst_nonexistent,
+            dst_ambiguous=r.dst_ambiguous,
+            misfire_policy=r.misfire_policy,
+            max_lateness_s=r.max_lateness_s,
+            paused_reason=r.paused_reason,
+            suppressed_address=r.suppressed_address,
+        )
+        for r in rows
+    ]
+
+
+def lock_many_for_advance(conn: Connection, ids: Iterable[uuid.UUID]) -> list[ReminderToAdvance]:
+    """The reminders of `ids` that exist, in id order, row-locked `FOR UPDATE` until the
+    caller's transaction ends, so that the next occurrence is computed from the current
+    schedule (`reminder_lock_many_for_advance`)."""
+    rows = conn.execute(query("reminder_lock_many_for_advance"), {"ids": id_array(ids)})
+    return [
+        ReminderToAdvance(
+            id=r.id,
+            user_id=r.user_id,
+            timezone=r.timezone,
+            rrule=r.rrule,
+            status=ReminderStatus(r.status),
+            next_run_utc=r.next_run_utc,
+            start_local=r.start_local,
+            all_day=r.all_day,
+            exdates=r.exdates,
+            dst_nonexistent=r.dst_nonexistent,
+            dst_ambiguous=r.dst_ambiguous,
+        )
+        for r in rows
+    ]
+
+
+def advance_many(conn: Connection, advances: Sequence[ReminderAdvance], *, now: datetime) -> None:
+    """Move each reminder of `advances` (each id at most once) as it says, only where it
+    is still `claimed` or `pending` at `run_time_utc`: a newer user change is never
+    overwritten. Clears the claim; `updated_at = now` (aware UTC). Run after
+    `lock_many_for_advance` in the same transaction (`reminder_advance_many`)."""
+    conn.execute(
+        query("reminder_advance_many"),
+        {
+            "rows": json_rows(
+                {
+                    "id": a.id,
+                    "run_time_utc": a.run_time_utc,
+                    "status": a.status.value,
+                    "next_run_utc": a.next_run_utc,
+                    "last_error": a.last_error,
+                }
+                for a in advances
+            ),
+            "now": now,
+        },
+    )
+
+
+def get_many_send_state(conn: Connection, ids: Iterable[uuid.UUID]) -> list[ReminderSendState]:
+    """The state of the reminders of `ids` that exist, in no particular order, unlocked
+    (`reminder_get_many_send_state`)."""
+    rows = conn.execute(query("reminder_get_many_send_state"), {"ids": id_array(ids)})
+    return [
+        ReminderSendState(id=r.id, status=ReminderStatus(r.status), next_run_utc=r.next_run_utc)
+        for r in rows
+    ]
+
+
+def complete_replayed(conn: Connection, *, reminder_id: uuid.UUID, now: datetime) -> None:
+    """Set a one-time reminder that is `failed` to `completed` (its replayed dead letter was
+    sent), clearing last_error, `updated_at = now` (aware UTC); any other reminder is left
+    as it is (`reminder_complete_replayed`)."""
+    conn.execute(query("reminder_complete_replayed"), {"id": reminder_id, "now": now})
 
 
 # --- Suppression: pause, refuse, resume --------------------------------------------------------

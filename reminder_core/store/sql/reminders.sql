@@ -143,18 +143,11 @@ SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc
 FROM reminders
 WHERE id = ANY(CAST(:ids AS uuid[]));
 
--- name: reminder_lock_for_advance
--- Re-read the reminder under a row lock before moving it on, so that the next occurrence
--- is computed from its current schedule, never from a copy read before the send.
-SELECT id, user_id, timezone, rrule, status, next_run_utc, start_local, all_day, exdates,
-       dst_nonexistent, dst_ambiguous
-FROM reminders
-WHERE id = :id
-FOR UPDATE;
-
 -- name: reminder_lock_many_for_advance
--- reminder_lock_for_advance for many reminders, locked in id order (no deadlock between
--- two senders advancing overlapping sets).
+-- Re-read the reminders under a row lock before moving them on, so that the next
+-- occurrence is computed from each one's current schedule, never from a copy read before
+-- the send; locked in id order (no deadlock between two senders advancing overlapping
+-- sets).
 SELECT id, user_id, timezone, rrule, status, next_run_utc, start_local, all_day, exdates,
        dst_nonexistent, dst_ambiguous
 FROM reminders
@@ -162,22 +155,11 @@ WHERE id = ANY(CAST(:ids AS uuid[]))
 ORDER BY id
 FOR UPDATE;
 
--- name: reminder_advance
--- Move the reminder past the occurrence just handled, unless a newer user change
--- (cancel, pause, reschedule) already moved it: never overwrite a newer version
--- (docs/design.md, "A cancel or change wins"). Run after reminder_lock_for_advance in the
--- same transaction.
-UPDATE reminders
-SET status = :status,
-    next_run_utc = :next_run_utc,
-    claimed_by = NULL,
-    claimed_at = NULL,
-    last_error = :last_error,
-    updated_at = :now
-WHERE id = :id AND next_run_utc = :run_time_utc AND status IN ('claimed', 'pending');
-
 -- name: reminder_advance_many
--- reminder_advance for many reminders (each id once).
+-- Move each reminder (each id once) past the occurrence just handled, unless a newer user
+-- change (cancel, pause, reschedule) already moved it: never overwrite a newer version
+-- (docs/design.md, "A cancel or change wins"). Run after reminder_lock_many_for_advance in
+-- the same transaction.
 UPDATE reminders AS r
 SET status = u.status,
     next_run_utc = u.next_run_utc,
