@@ -45,8 +45,8 @@ class Heartbeat:
         self.visibility_timeout_s = visibility_timeout_s
         self._clock = clock
         self._name = name
-        # receipt handle -> the delivery row held under its lease
-        self._held: dict[str, DeliveryLease | None] = {}
+        # receipt handle -> the delivery row held: (id, run_time_utc, lease token)
+        self._held: dict[str, tuple[uuid.UUID, datetime, uuid.UUID] | None] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -71,7 +71,7 @@ class Heartbeat:
         """Extend the lease of this delivery row with the message from now on."""
         with self._lock:
             if message.receipt_handle in self._held:
-                self._held[message.receipt_handle] = DeliveryLease(delivery_id, run_time, lease)
+                self._held[message.receipt_handle] = (delivery_id, run_time, lease)
 
     def untrack(self, messages: Iterable[Message]) -> None:
         """Stop extending these messages (settled: deleted or handed back)."""
@@ -94,7 +94,7 @@ class Heartbeat:
         self._queue.change_visibility_batch(
             [(handle, self.visibility_timeout_s) for handle, _ in held], now=now
         )
-        leases = [lease for _, lease in held if lease is not None]
+        leases = [DeliveryLease(*lease) for _, lease in held if lease is not None]
         if leases:
             with self._engine.begin() as conn:
                 delivery_log.heartbeat_many(conn, leases, now=now)

@@ -340,7 +340,6 @@ class ReminderForSend:
     rrule: str | None
     status: ReminderStatus
     next_run_utc: datetime | None
-    version: int
     start_local: datetime
     all_day: bool
     exdates: Sequence[datetime]
@@ -408,7 +407,6 @@ def get_many_for_send(conn: Connection, ids: Iterable[uuid.UUID]) -> list[Remind
             rrule=r.rrule,
             status=ReminderStatus(r.status),
             next_run_utc=r.next_run_utc,
-            version=r.version,
             start_local=r.start_local,
             all_day=r.all_day,
             exdates=r.exdates,

@@ -137,7 +137,7 @@ RETURNING r.id, r.next_run_utc;
 SELECT timezone FROM reminders WHERE id = :reminder_id;
 
 -- name: reminder_get_many_for_send
-SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc, version,
+SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc,
        start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
        max_lateness_s, paused_reason, suppressed_address
 FROM reminders
