@@ -180,8 +180,7 @@ class Begin:
         elif (
             reminder.status == ReminderStatus.PAUSED
             and reminder.next_run_utc == occ.run_time_utc
-            # suppression.paused_refusal is still annotated Row[Any] (its owner retypes it)
-            and paused_refusal(reminder, occ.run_time_utc) is None  # type: ignore[arg-type]
+            and paused_refusal(reminder, occ.run_time_utc) is None
         ):
             # Paused by its user while this message was on its way: the occurrence is
             # still the reminder's next one and is claimed again on resume (same key), so
@@ -190,8 +189,7 @@ class Begin:
             batch.paused.append(r)
         elif not still_due(reminder, occ.run_time_utc):
             status, error = DeliveryStatus.CANCELLED, f"superseded: reminder is {reminder.status}"
-            held = paused_refusal(reminder, occ.run_time_utc)  # type: ignore[arg-type]
-            if held is not None:
+            if (held := paused_refusal(reminder, occ.run_time_utc)) is not None:
                 status, error = DeliveryStatus.SUPPRESSED, held.error
                 batch.refused.append((occ.reminder_id, occ.run_time_utc, held))
             batch.terminal.append(
