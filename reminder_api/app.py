@@ -8,7 +8,7 @@ from datetime import datetime
 import httpx
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -20,6 +20,7 @@ from reminder_core.clock import utcnow
 from reminder_core.profiles import ProfileSource
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
+from reminder_core.store import transaction
 from webhooks.router import PREFIX as WEBHOOKS_PREFIX
 from webhooks.router import WebhookConfig, build_router
 
@@ -87,7 +88,7 @@ def create_app(
         """Readiness: the database answers."""
         try:
             with engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
+                transaction.ping(conn)
         except Exception as exc:
             return problem(503, "Not ready", f"database unavailable: {type(exc).__name__}")
         return Response('{"status":"ready"}', media_type="application/json")

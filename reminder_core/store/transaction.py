@@ -21,3 +21,13 @@ def set_timeouts(conn: Connection, *, timeout_ms: int) -> None:
     lock wait, after `timeout_ms` milliseconds (PostgreSQL `statement_timeout` and
     `lock_timeout`: SQLSTATE 57014 and 55P03) (`transaction_set_timeouts`)."""
     conn.execute(query("transaction_set_timeouts"), {"ms": str(timeout_ms)})
+
+
+def ping(conn: Connection) -> None:
+    """Run a statement that reads nothing: returns when the database answers
+    (`transaction_ping`; `/readyz`).
+
+    Raises:
+        sqlalchemy.exc.DBAPIError: the database did not answer.
+    """
+    conn.execute(query("transaction_ping"))

@@ -9,3 +9,7 @@ SELECT set_config('lock_timeout', :timeout, true);
 -- For the rest of the transaction: end any statement, and give up on any lock, after
 -- :ms milliseconds (text), so that a read-only check never hangs on a stuck table.
 SELECT set_config('statement_timeout', :ms, true), set_config('lock_timeout', :ms, true);
+
+-- name: transaction_ping
+-- The database answers (readiness).
+SELECT 1;

@@ -1,0 +1,137 @@
+"""The store's rules (CONVENTIONS "SQL"; docs/design.md, "Data model"), checked on the
+source: every statement lives in `reminder_core/store/sql/<table>.sql` under a name that
+starts with its table's entity, is run by exactly one function of `store/<table>.py`
+named after its verb, and no module outside the store runs SQL."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STORE = ROOT / "reminder_core" / "store"
+SQL = STORE / "sql"
+NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+#: The entity each table's statements are named after (River's `river_job_*`).
+ENTITY = {
+    "reminders": "reminder",
+    "outbox": "outbox",
+    "queue_messages": "queue_message",
+    "delivery_log": "delivery",
+    "suppressions": "suppression",
+    "webhook_events": "webhook_event",
+    "transaction": "transaction",
+}
+
+#: Product packages: none of them may run SQL except through the store. Alembic's
+#: migrations (`migrations/`) and the schema (`reminder_core/db/`) are the schema, not
+#: statements; tests and benchmarks may run their own SQL (a benchmark's reference is raw
+#: SQL by design).
+PACKAGES = (
+    "reminder_core",
+    "reminder_api",
+    "coordinator",
+    "outbox_sweeper",
+    "sender",
+    "webhooks",
+    "reminders",
+)
+OUTSIDE_THE_STORE_ALLOWED = ("reminder_core/store/", "reminder_core/db/")
+
+
+def statements() -> dict[str, str]:
+    """Statement name → table (the .sql file it is in)."""
+    found: dict[str, str] = {}
+    for path in sorted(SQL.glob("*.sql")):
+        for name in NAME.findall(path.read_text(encoding="utf-8")):
+            assert name not in found, f"{name} is in {found[name]}.sql and {path.name}"
+            found[name] = path.stem
+    return found
+
+
+def store_calls(table: str) -> dict[str, list[str]]:
+    """Statement name → the functions of store/<table>.py that call query(name)."""
+    tree = ast.parse((STORE / f"{table}.py").read_text(encoding="utf-8"))
+    calls: dict[str, list[str]] = {}
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef):
+            continue
+        for node in ast.walk(func):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "query"
+            ):
+                for arg in node.args:
+                    for const in ast.walk(arg):
+                        if isinstance(const, ast.Constant) and isinstance(const.value, str):
+                            calls.setdefault(const.value, []).append(func.name)
+    return calls
+
+
+def test_every_table_file_is_named_for_a_table_and_has_its_module() -> None:
+    tables = {p.stem for p in SQL.glob("*.sql")}
+    assert tables <= set(ENTITY), tables - set(ENTITY)
+    for table in tables:
+        assert (STORE / f"{table}.py").is_file(), f"sql/{table}.sql has no store/{table}.py"
+
+
+@pytest.mark.parametrize("name", sorted(statements()))
+def test_each_statement_is_named_entity_verb_and_run_by_its_one_function(name: str) -> None:
+    table = statements()[name]
+    entity = ENTITY[table]
+    assert name.startswith(entity + "_"), f"{name} in {table}.sql must start with {entity}_"
+    verb = name.removeprefix(entity + "_")
+    callers = store_calls(table).get(name, [])
+    assert callers == [verb], (
+        f"{name} must be run by exactly one function, store/{table}.py:{verb}(); "
+        f"run by {callers or 'nothing (a dead statement: delete it)'}"
+    )
+
+
+def test_store_modules_run_only_their_own_tables_statements() -> None:
+    known = statements()
+    for table in ENTITY:
+        if not (STORE / f"{table}.py").is_file():
+            continue
+        for name in store_calls(table):
+            assert known.get(name) == table, f"store/{table}.py runs {name} (not in {table}.sql)"
+
+
+def _runs_sql(tree: ast.AST) -> list[str]:
+    """What in a module runs SQL: imports of the statement loader or of sqlalchemy's
+    text(), and calls of exec_driver_sql."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = {a.name for a in node.names}
+            if node.module == "reminder_core.store._statements" or (
+                node.module == "reminder_core.store" and "_statements" in names
+            ):
+                found.append(f"line {node.lineno}: imports the statement loader")
+            if node.module.startswith("sqlalchemy") and "text" in names:
+                found.append(f"line {node.lineno}: imports sqlalchemy.text")
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("exec_driver_sql", "text")
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("sa", "sqlalchemy", "conn", "connection")
+        ):
+            found.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_outside_the_store_runs_sql() -> None:
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith(OUTSIDE_THE_STORE_ALLOWED):
+                continue
+            for what in _runs_sql(ast.parse(path.read_text(encoding="utf-8"))):
+                offenders.append(f"{relative} {what}")
+    assert offenders == []
