@@ -13,7 +13,7 @@ from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import CLAIMS, CLAIMS_PER_TICK, PUBLISHED
 from reminder_core.outbox import publish_outbox_rows
 from reminder_core.queue import Queue
-from reminder_core.store import reminders
+from reminder_core.services import reminders as reminder_services
 from reminder_core.store.outbox import OutboxRow
 from reminder_core.worker.loop import TickResult
 
@@ -70,7 +70,7 @@ class Coordinator:
         """
         horizon = now + timedelta(seconds=self.lookahead_s)
         with self._engine.begin() as conn:
-            return reminders.claim_due(
+            return reminder_services.claim_due(
                 conn, horizon=horizon, now=now, limit=self.batch_size, worker=self.worker_id
             )
 

@@ -179,3 +179,11 @@ def first_run(
             "excluded, or none falls within the next 100 years)",
         )
     return found
+
+
+def zone_or_none(timezone: str | None, profile: Profile | None) -> ZoneInfo | None:
+    """The reminder's zone, else the profile's; None when neither is usable."""
+    try:
+        return zone_for(timezone, profile)
+    except InvalidSchedule:
+        return None

@@ -17,7 +17,6 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Engine
 
-from reminder_core.delivery import zone_or_none
 from reminder_core.domain.recurrence import next_occurrence
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 from reminder_core.domain.suppression import (
@@ -32,7 +31,8 @@ from reminder_core.domain.suppression import (
 )
 from reminder_core.errors import InfrastructureError, InvalidSchedule
 from reminder_core.profiles import Profile, ProfileSource
-from reminder_core.scheduling import ScheduleConfig, schedule_of, stored_of
+from reminder_core.scheduling import ScheduleConfig, schedule_of, stored_of, zone_or_none
+from reminder_core.services import reminders as reminder_services
 from reminder_core.store import delivery_log, reminders, suppressions, webhook_events
 from reminder_core.store.delivery_log import DeliveryRef
 from reminder_core.store.reminders import (
@@ -124,7 +124,7 @@ def apply_decision(
         detail=reason,
         now=now,
     )
-    paused = reminders.pause_user_for_suppression(
+    paused = reminder_services.pause_for_suppression(
         conn,
         user_id=delivery.user_id,
         address=address,
@@ -236,7 +236,7 @@ def record_refusals(
         )
         for rid, run_time, r in refused
     ]
-    return reminders.suppress_at_send_many(conn, rows, now=now)
+    return reminder_services.suppress_at_send_many(conn, rows, now=now)
 
 
 def suppress_replay(
@@ -323,7 +323,7 @@ def resume_reminders(
         updates.append(
             SuppressionResume(id=row.id, status=status, next_run_utc=next_run, last_error=error)
         )
-    return reminders.resume_many_from_suppression(conn, updates, now=now)
+    return reminder_services.resume_many_from_suppression(conn, updates, now=now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,8 +401,8 @@ def recheck_paused(
                 )
         resumed = resume_reminders(conn, resume, found, now=now, config=config)
         checked += sorted(set(resume) - set(resumed))  # no zone yet: try after the interval
-        reminders.repoint_many_suppression(conn, repoint, now=now)
-        reminders.mark_many_suppression_checked(conn, checked, now=now)
+        reminder_services.repoint_many_suppression(conn, repoint, now=now)
+        reminder_services.mark_many_suppression_checked(conn, checked, now=now)
     if resumed:
         log.info("resumed %d reminders paused by a suppression", len(resumed))
     return RecheckResult(

@@ -11,7 +11,6 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection, Engine
 
-from reminder_core.delivery import advance_reminder, schedule_of_row, zone_or_none
 from reminder_core.domain.misfire import MisfirePlan, plan_misfire
 from reminder_core.domain.recurrence import occurrences_between
 from reminder_core.domain.retry import RetryPolicy, requeue_delay_s
@@ -19,7 +18,8 @@ from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 from reminder_core.errors import InfrastructureError, InvalidSchedule
 from reminder_core.logging import delivery_fields
 from reminder_core.profiles import Profile, ProfileSource
-from reminder_core.scheduling import ScheduleConfig
+from reminder_core.scheduling import ScheduleConfig, schedule_of, stored_of, zone_or_none
+from reminder_core.services import reminders as reminder_services
 from reminder_core.store import delivery_log, reminders
 from reminder_core.store.delivery_log import DeliveryToBegin, TerminalDelivery
 from reminder_core.store.reminders import ReminderForSend, ReminderSendState
@@ -249,7 +249,7 @@ class Begin:
                           f"misfire policy {reminder.misfire_policy}")
             )  # fmt: skip
         if plan.send is None:
-            advance_reminder(
+            reminder_services.advance(
                 conn, reminder_id=occ.reminder_id, occurrence_utc=occ.run_time_utc, zone=zone,
                 after=now, sent=True, error=None, now=now, config=self.schedule_config,
             )  # fmt: skip
@@ -266,7 +266,7 @@ class Begin:
         if reminder.rrule is not None and zone is not None and now > occ.run_time_utc:
             try:
                 due += occurrences_between(
-                    schedule_of_row(reminder, self.schedule_config), zone, occ.run_time_utc,
+                    schedule_of(stored_of(reminder), self.schedule_config), zone, occ.run_time_utc,
                     now, limits=self.schedule_config.limits,
                 )  # fmt: skip
             except InvalidSchedule as exc:
@@ -403,7 +403,7 @@ class Begin:
         # Already terminal, yet the reminder still points here (e.g. re-driven after a
         # crash, or its sender died between recording the send and moving the reminder
         # on): move it on instead of looping.
-        advance_reminder(
+        reminder_services.advance(
             conn, reminder_id=occ.reminder_id, occurrence_utc=occ.run_time_utc, zone=t.zone,
             after=t.chosen, error=None, now=now, config=self.schedule_config,
             sent=status in (DeliveryStatus.SENT, DeliveryStatus.BOUNCED,

@@ -8,10 +8,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine
 
-from reminder_core.delivery import Advance, advance_reminders
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.scheduling import ScheduleConfig
-from reminder_core.store import delivery_log, reminders
+from reminder_core.services import reminders as reminder_services
+from reminder_core.services.reminders import Advance
+from reminder_core.store import delivery_log
 from reminder_core.store.delivery_log import DeliveryOutcome
 from sender.complete import Recorded
 from sender.work import Decided, Outcome, SendResult, log
@@ -68,9 +69,9 @@ def finish_batch(
         decided.append(Decided.of_result(result))
     if advances or withdrawn or replays:
         with engine.begin() as conn:
-            advance_reminders(conn, advances, now=now, config=config)
+            reminder_services.advance_many(conn, advances, now=now, config=config)
             for result in replays:
-                reminders.complete_replayed(
+                reminder_services.complete_replayed(
                     conn, reminder_id=result.begun.occurrence.reminder_id, now=now
                 )
             _give_back(conn, withdrawn, now)

@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 
 from coordinator.maintenance.base import Rescuer, counted
 from reminder_core.logging import delivery_fields
-from reminder_core.store import reminders
+from reminder_core.services import reminders as reminder_services
 from reminder_core.store.reminders import RescuedClaim
 from reminder_core.worker.loop import TickResult
 
@@ -32,8 +32,8 @@ class ClaimRescuer(Rescuer[RescuedClaim]):
     name: ClassVar[str] = "reclaimed"
 
     def rescue(self, conn: Connection, *, cutoff: datetime, now: datetime) -> list[RescuedClaim]:
-        """Claims older than `cutoff` back to `pending` (`reminders.rescue_claimed`)."""
-        return reminders.rescue_claimed(conn, cutoff=cutoff, now=now, limit=self.batch_size)
+        """Claims older than `cutoff` back to `pending` (`services.reminders.rescue_claimed`)."""
+        return reminder_services.rescue_claimed(conn, cutoff=cutoff, now=now, limit=self.batch_size)
 
     def run_once(self, now: datetime) -> TickResult:
         """Re-drive reminders claimed more than `claim_timeout_s` before `now` (aware

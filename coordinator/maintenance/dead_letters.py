@@ -13,13 +13,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, Engine
 
 from coordinator.maintenance.base import counted
-from reminder_core.delivery import advance_reminder, zone_or_none
 from reminder_core.errors import InfrastructureError
 from reminder_core.logging import delivery_fields
 from reminder_core.messages import MalformedMessage, OccurrenceMessage
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.queue import DeadLetter, Queue
-from reminder_core.scheduling import ScheduleConfig
+from reminder_core.scheduling import ScheduleConfig, zone_or_none
+from reminder_core.services import reminders as reminder_services
 from reminder_core.store import delivery_log, reminders
 from reminder_core.worker.loop import TickResult
 
@@ -142,7 +142,7 @@ class DeadLetterRecorder:
             conn, reminder_id=reminder_id, run_time_utc=run_time, error=error, now=now
         )
         timezone = reminders.get_timezone(conn, reminder_id=reminder_id)
-        advance_reminder(
+        reminder_services.advance(
             conn,
             reminder_id=reminder_id,
             occurrence_utc=run_time,

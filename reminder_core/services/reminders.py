@@ -1,5 +1,11 @@
-"""The state changes of a reminder (docs/design.md, "State machines"): the user's create,
-update, pause, resume and cancel, written through `reminder_core.store.reminders`.
+"""The state changes of a reminder (docs/design.md, "Reminder states"), written through
+`reminder_core.store.reminders`: the user's create, update, pause, resume and cancel (API
+routes); the coordinator's claim and the maintenance workload's claim rescue; the
+sender's advance past an occurrence; the suppression list's pause, refusal at send time
+and resume; the completion of a replayed dead letter. No other module writes a
+reminder's row (tests/unit/test_store_rules.py checks it); the one transition made
+elsewhere is a one-time reminder finished by `store.delivery_log.complete_many`,
+atomically with its delivery row (docs/design.md, "Streaming completer").
 
 Every function runs on the caller's `Connection` and never commits; a function that
 takes a `locked` record expects it read with `lock` in the same transaction. Errors are
@@ -10,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -19,7 +25,7 @@ from sqlalchemy import Connection
 
 from reminder_core.domain.recurrence import next_occurrence
 from reminder_core.domain.states import CANCELLABLE, ReminderStatus
-from reminder_core.errors import Conflict, NotFound
+from reminder_core.errors import Conflict, InvalidSchedule, NotFound
 from reminder_core.scheduling import (
     ScheduleConfig,
     StoredSchedule,
@@ -28,7 +34,17 @@ from reminder_core.scheduling import (
     stored_of,
 )
 from reminder_core.store import reminders as store
-from reminder_core.store.reminders import NewReminder, ReminderRecord
+from reminder_core.store.outbox import OutboxRow
+from reminder_core.store.reminders import (
+    NewReminder,
+    ReminderAdvance,
+    ReminderRecord,
+    ReminderToAdvance,
+    RescuedClaim,
+    SendRefusal,
+    SuppressionRepoint,
+    SuppressionResume,
+)
 
 #: The states in which a reminder will still send: its next occurrence is kept.
 LIVE = CANCELLABLE
@@ -308,3 +324,225 @@ def _write(conn: Connection, changed: ReminderRecord, now: datetime) -> Reminder
     if written is None:  # pragma: no cover - the row is locked at this version
         raise Conflict("the reminder changed meanwhile; re-read it and try again")
     return written
+
+
+# --- Workers: claim, rescue, advance, replay ----------------------------------------------------
+
+
+def claim_due(
+    conn: Connection, *, horizon: datetime, now: datetime, limit: int, worker: str
+) -> list[OutboxRow]:
+    """pending → claimed: up to `limit` reminders due by `horizon` (aware UTC), claimed by
+    `worker` at `now`, each with its outbox row written in the same statement
+    (docs/design.md, "Claim and outbox"). Returns the outbox rows."""
+    return store.claim_due(conn, horizon=horizon, now=now, limit=limit, worker=worker)
+
+
+def rescue_claimed(
+    conn: Connection, *, cutoff: datetime, now: datetime, limit: int
+) -> list[RescuedClaim]:
+    """claimed → pending: up to `limit` reminders claimed before `cutoff` (aware UTC; their
+    message was lost or their sender died), at the same next_run_utc (docs/design.md,
+    "Every occurrence ends")."""
+    return store.rescue_claimed(conn, cutoff=cutoff, now=now, limit=limit)
+
+
+def complete_replayed(conn: Connection, *, reminder_id: uuid.UUID, now: datetime) -> None:
+    """failed → completed: a one-time reminder that failed through the dead-letter queue
+    and whose replayed occurrence was then sent."""
+    store.complete_replayed(conn, reminder_id=reminder_id, now=now)
+
+
+@dataclass(frozen=True, slots=True)
+class Advance:
+    """A reminder to move past one occurrence (see `advance` for the rules).
+
+    Attributes:
+        reminder_id: the reminder.
+        occurrence_utc: aware UTC; the occurrence the reminder currently points at.
+        zone: zone to compute the next occurrence in (None: unknown).
+        after: aware UTC; the next occurrence is the first strictly after this.
+        sent: whether the occurrence was delivered.
+        error: recorded as last_error (None clears it).
+    """
+
+    reminder_id: uuid.UUID
+    occurrence_utc: datetime
+    zone: ZoneInfo | None
+    after: datetime
+    sent: bool
+    error: str | None
+
+
+def decide_advance(
+    current: ReminderToAdvance, advance: Advance, config: ScheduleConfig
+) -> tuple[ReminderStatus, datetime | None, str | None] | None:
+    """Where a reminder goes after `advance`: (status, next_run_utc, last_error), or None
+    when a user change (cancel, pause, reschedule) already moved it (docs/design.md,
+    "A cancel or change wins").
+
+    Args:
+        current: the reminder as locked now (`reminders.lock_many_for_advance`).
+        advance: the occurrence just handled.
+        config: recurrence limits.
+
+    Pure: computes the next occurrence (RFC 5545 §3.3.10 via domain.recurrence), no I/O.
+    """
+    if current.next_run_utc != advance.occurrence_utc or current.status not in (
+        ReminderStatus.CLAIMED,
+        ReminderStatus.PENDING,
+    ):
+        return None
+    next_run: datetime | None = None
+    broken: str | None = None  # the schedule itself cannot be computed any more
+    if current.rrule is not None:
+        if advance.zone is None:
+            broken = "cannot compute the next occurrence: no time zone is known"
+        else:
+            try:
+                next_run = next_occurrence(
+                    schedule_of(stored_of(current), config),
+                    advance.zone,
+                    advance.after,
+                    limits=config.limits,
+                )
+            except InvalidSchedule as exc:
+                broken = f"cannot compute the next occurrence: {exc}"
+    if next_run is not None:
+        status = ReminderStatus.PENDING
+    elif broken is not None or (current.rrule is None and not advance.sent):
+        status = ReminderStatus.FAILED
+    else:
+        status = ReminderStatus.COMPLETED  # one-time sent, or the rule has ended
+    return status, next_run, broken or advance.error
+
+
+def advance(
+    conn: Connection,
+    *,
+    reminder_id: uuid.UUID,
+    occurrence_utc: datetime,
+    zone: ZoneInfo | None,
+    after: datetime,
+    sent: bool,
+    error: str | None,
+    now: datetime,
+    config: ScheduleConfig,
+) -> ReminderStatus | None:
+    """Move a reminder whose current occurrence is `occurrence_utc` to its first
+    occurrence strictly after `after`, computed from its current schedule (row-locked) in
+    `zone`.
+
+    Outcome: `pending` with the next occurrence; `completed` when there is none (a sent
+    one-time reminder, or a rule that ended); `failed` for a one-time reminder whose only
+    occurrence was not sent (`sent` False) or a rule that can no longer be computed.
+    Nothing changes when a user change (cancel, pause, reschedule) already moved the
+    reminder: a newer version is never overwritten (docs/design.md,
+    "A cancel or change wins").
+
+    Side effects: `advance_many` with this one reminder (row-locked, then updated in
+    the caller's transaction).
+
+    Returns:
+        The new status, or None when nothing changed.
+    """
+    entry = Advance(reminder_id, occurrence_utc, zone, after, sent, error)
+    return advance_many(conn, [entry], now=now, config=config).get(reminder_id)
+
+
+def advance_many(
+    conn: Connection, advances: Sequence[Advance], *, now: datetime, config: ScheduleConfig
+) -> dict[uuid.UUID, ReminderStatus]:
+    """`advance` for many reminders: one locking read (in id order) and one
+    update for the whole set, in the caller's transaction.
+
+    A reminder named more than once is advanced once per entry, in order, each from the
+    state the previous one left.
+
+    Returns:
+        reminder id -> new status, for the reminders that changed.
+    """
+    if not advances:
+        return {}
+    ids = sorted({a.reminder_id for a in advances})
+    rows = {r.id: r for r in store.lock_many_for_advance(conn, ids)}
+    final: dict[uuid.UUID, tuple[datetime, ReminderStatus, datetime | None, str | None]] = {}
+    for advance in advances:
+        current = rows.get(advance.reminder_id)
+        if current is None:
+            continue
+        decided = decide_advance(current, advance, config)
+        if decided is None:
+            continue
+        status, next_run, last_error = decided
+        first = final.get(advance.reminder_id)
+        final[advance.reminder_id] = (
+            first[0] if first else advance.occurrence_utc,
+            status,
+            next_run,
+            last_error,
+        )
+        if len(ids) < len(advances):  # maybe named again: the next entry sees this one
+            rows[advance.reminder_id] = dataclasses.replace(
+                current, status=status, next_run_utc=next_run
+            )
+    if final:
+        store.advance_many(
+            conn,
+            [
+                ReminderAdvance(
+                    id=k, run_time_utc=v[0], status=v[1], next_run_utc=v[2], last_error=v[3]
+                )
+                for k, v in final.items()
+            ],
+            now=now,
+        )
+    return {k: v[1] for k, v in final.items()}
+
+
+# --- Suppression list: pause, refuse at send, resume ---------------------------------------------
+
+
+def pause_for_suppression(
+    conn: Connection, *, user_id: str, address: str, paused_reason: str, now: datetime
+) -> list[uuid.UUID]:
+    """pending/claimed → paused: every live reminder of `user_id`, whose address was just
+    suppressed (a bounce or complaint), waiting on `address` (case-folded) with
+    `paused_reason` shown to the user. Returns the paused ids in ascending order."""
+    return store.pause_user_for_suppression(
+        conn, user_id=user_id, address=address, paused_reason=paused_reason, now=now
+    )
+
+
+def suppress_at_send_many(
+    conn: Connection, refusals: Sequence[SendRefusal], *, now: datetime
+) -> dict[uuid.UUID, ReminderStatus]:
+    """The sender refused an occurrence for a suppressed recipient: a recurring reminder
+    → paused (waiting on the address), a one-time one → failed. Returns id → new status
+    for the reminders still at those occurrences."""
+    return store.suppress_at_send_many(conn, refusals, now=now)
+
+
+def resume_many_from_suppression(
+    conn: Connection, resumes: Sequence[SuppressionResume], *, now: datetime
+) -> list[uuid.UUID]:
+    """paused (by a suppression) → pending, completed or failed, as each resume says (the
+    address was removed from the list, or the profile's address changed). Returns the
+    ids resumed."""
+    return store.resume_many_from_suppression(conn, resumes, now=now)
+
+
+def repoint_many_suppression(
+    conn: Connection, repoints: Sequence[SuppressionRepoint], *, now: datetime
+) -> None:
+    """paused → paused: reminders whose user's address changed to another suppressed
+    address now wait on that one."""
+    store.repoint_many_suppression(conn, repoints, now=now)
+
+
+def mark_many_suppression_checked(
+    conn: Connection, ids: Collection[uuid.UUID], *, now: datetime
+) -> None:
+    """Record that the paused reminders `ids` had their user's address checked at `now`
+    (no state change: the maintenance workload checks again later)."""
+    store.mark_many_suppression_checked(conn, ids, now=now)

@@ -327,7 +327,7 @@ class ReminderForSend:
     """A reminder as the sender's begin stage reads it (`get_many_for_send`): what it
     decides on (status, next_run_utc, misfire policy, suppression pause), renders
     (title, body, template) and computes occurrences from (the schedule columns, as
-    `reminder_core.delivery.schedule_of_row` reads them). Attributes are the columns:
+    `reminder_core.scheduling.stored_of` reads them). Attributes are the columns:
     `start_local` and `exdates` are naive local wall-clock times, `next_run_utc` aware
     UTC, `timezone` None follows the profile's zone, `rrule` None is a one-time reminder."""
 

@@ -135,3 +135,63 @@ def test_no_module_outside_the_store_runs_sql() -> None:
             for what in _runs_sql(ast.parse(path.read_text(encoding="utf-8"))):
                 offenders.append(f"{relative} {what}")
     assert offenders == []
+
+
+#: The store functions that change a reminder's row: only the reminder services call them,
+#: so every transition of the drawn state machine (docs/design.md, "Reminder states") is
+#: made by one function of `reminder_core/services/reminders.py`.
+REMINDER_WRITES = frozenset(
+    {
+        "insert",
+        "update",
+        "cancel",
+        "claim_due",
+        "rescue_claimed",
+        "advance_many",
+        "complete_replayed",
+        "pause_user_for_suppression",
+        "suppress_at_send_many",
+        "resume_many_from_suppression",
+        "repoint_many_suppression",
+        "mark_many_suppression_checked",
+    }
+)
+
+
+def _reminder_store_writes(tree: ast.AST) -> list[str]:
+    """Uses of a REMINDER_WRITES function of reminder_core.store.reminders in a module."""
+    aliases = set()
+    direct = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "reminder_core.store":
+            aliases |= {a.asname or a.name for a in node.names if a.name == "reminders"}
+        if isinstance(node, ast.ImportFrom) and node.module == "reminder_core.store.reminders":
+            direct |= {a.name for a in node.names if a.name in REMINDER_WRITES}
+    found = [f"imports {name}" for name in sorted(direct)]
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in REMINDER_WRITES
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            found.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_store_write_functions_exist() -> None:
+    tree = ast.parse((STORE / "reminders.py").read_text(encoding="utf-8"))
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert defined >= REMINDER_WRITES, REMINDER_WRITES - defined
+
+
+def test_only_the_reminder_services_change_a_reminder() -> None:
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith(("reminder_core/store/", "reminder_core/services/")):
+                continue
+            for what in _reminder_store_writes(ast.parse(path.read_text(encoding="utf-8"))):
+                offenders.append(f"{relative} {what}")
+    assert offenders == []
