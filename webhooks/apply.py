@@ -1,7 +1,7 @@
 """Apply one verified provider event exactly once (docs/design.md, "Suppression list";
 issue 6): store it, then change the delivery, the suppression list and the user's
 reminders, all in the caller's transaction. Signature checks and parsing happen before
-(webhooks.ses / resend / postmark); the rules are `reminder_core.domain.suppression`.
+(webhooks.sns / resend / postmark); the rules are `reminder_core.domain.suppression`.
 
 This is the one door from provider text to the database: every text of an event, and the
 raw body, pass through `webhooks.parsing.storable` here (U+0000 and lone surrogates become

@@ -21,7 +21,8 @@ from reminder_core.store._statements import id_array, query
 @dataclass(frozen=True, slots=True)
 class OutboxRow:
     """One outbox row: its id and the queue message body of its occurrence (the shape
-    `reminder_core.messages.encode` gives: reminder_id, run_time_utc, version, user_id)."""
+    `reminder_core.messages.OccurrenceMessage.encode` gives: reminder_id, run_time_utc,
+    version, user_id)."""
 
     id: uuid.UUID
     payload: dict[str, Any]

@@ -155,10 +155,12 @@ RETURNING d.reminder_id, d.run_time_utc;
 -- attempt may have reached, where whoever retries must go again.
 -- In the same statement, so atomically with its delivery row, a one-time reminder still
 -- at that occurrence is finished: `completed` when sent, `failed` with the error when
--- not (the rule of reminder_core.delivery.decide_advance for a reminder without a
--- rule); a newer user change is never overwritten (docs/design.md,
--- "A cancel or change wins"). Recurring reminders are moved on by the sender at the batch
--- end (their next occurrence is computed in Python). Returns one row per delivery row
+-- not (the rule of reminder_core.services.reminders.decide_advance for a reminder
+-- without a rule); a newer user change is never overwritten (docs/design.md,
+-- "A cancel or change wins"). This is the one reminder transition made outside
+-- reminder_core/services/reminders.py (docs/design.md, "Reminder states"). Recurring
+-- reminders are moved on by the sender at the batch end (services.reminders.advance_many:
+-- their next occurrence is computed in Python). Returns one row per delivery row
 -- recorded (a row missing from the answer was taken over: its holder records it) with
 -- `finished`: its reminder was finished here.
 WITH u AS (
