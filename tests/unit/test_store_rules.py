@@ -1,4 +1,4 @@
-"""The store's rules (CONVENTIONS "SQL"; docs/design.md, "Data model"), checked on the
+"""The store's rules (docs/design.md, "Store and services"), checked on the
 source: every statement lives in `reminder_core/store/sql/<table>.sql` under a name that
 starts with its table's entity, is run by exactly one function of `store/<table>.py`
 named after its verb, and no module outside the store runs SQL."""
