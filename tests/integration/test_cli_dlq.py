@@ -179,9 +179,9 @@ def test_replay_on_the_postgres_queue_reaches_letters_other_readers_are_reading(
 ) -> None:
     # Issue 12 on SQS: letters held invisible by another reader were silently skipped. The
     # table queue hides no dead letter: the maintenance workload's read of the unrecorded
-    # ones locks them only for its transaction (dlq_unrecorded), and a plain SELECT is
-    # never blocked by a row lock, while an UPDATE of a locked row waits for the lock
-    # holder's transaction to end (PostgreSQL docs, "Row-Level Locks").
+    # ones locks them only for its transaction (queue_message_lock_dead_unrecorded), and a
+    # plain SELECT is never blocked by a row lock, while an UPDATE of a locked row waits for
+    # the lock holder's transaction to end (PostgreSQL docs, "Row-Level Locks").
     import threading
 
     from reminder_core.dlq import replay
