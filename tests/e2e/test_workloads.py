@@ -145,7 +145,13 @@ def test_separate_workloads_deliver_a_recurring_reminder_and_catch_up_once(
         assert created.json()["next_run_utc"] == start.isoformat().replace("+00:00", "Z")
 
         # Successive emails with successive run_time_utc, PERIOD_S apart.
-        wait_for(lambda: len(deliveries(engine, rid)) >= 3, 30, "three deliveries")
+        # A row is `sending` from before the provider call until its outcome is flushed:
+        # wait for the first three to be recorded, not merely begun.
+        wait_for(
+            lambda: [s for _, s in deliveries(engine, rid)[:3]] == ["sent"] * 3,
+            30,
+            "three deliveries recorded sent",
+        )
         first = deliveries(engine, rid)[:3]
         assert [s for _, s in first] == ["sent"] * 3
         assert [t for t, _ in first] == [start + timedelta(seconds=PERIOD_S * i) for i in range(3)]
@@ -169,6 +175,8 @@ def test_separate_workloads_deliver_a_recurring_reminder_and_catch_up_once(
         procs.start("coordinator", "coordinator")
         wait_for(lambda: len(deliveries(engine, rid)) > len(before), 30, "the catch-up")
         time.sleep(1)
+        # Sample between two sends: an occurrence begun but not yet recorded is `sending`.
+        wait_for(lambda: deliveries(engine, rid)[-1][1] != "sending", 10, "a recorded send")
         after = deliveries(engine, rid)
         new = after[len(before) :]
         statuses = [s for _, s in new]
