@@ -17,6 +17,7 @@ from reminder_core.domain.retry import RetryPolicy, requeue_delay_s
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 from reminder_core.errors import InfrastructureError, InvalidSchedule
 from reminder_core.logging import delivery_fields
+from reminder_core.messages import OccurrenceMessage
 from reminder_core.profiles import Profile, ProfileSource
 from reminder_core.scheduling import ScheduleConfig, schedule_of, stored_of, zone_or_none
 from reminder_core.services import reminders as reminder_services
@@ -40,11 +41,25 @@ class _Terminal:
     an older occurrence the misfire policy records `missed`."""
 
     received: Received | None
-    reminder_id: uuid.UUID
-    user_id: str
-    run_time_utc: datetime
-    status: DeliveryStatus
-    error: str
+    delivery: TerminalDelivery
+
+    @classmethod
+    def of(
+        cls,
+        received: Received | None,
+        occ: OccurrenceMessage,
+        run_time_utc: datetime,
+        status: DeliveryStatus,
+        error: str,
+    ) -> _Terminal:
+        """The terminal record of occurrence `run_time_utc` (aware UTC) of `occ`'s reminder."""
+        return cls(
+            received, TerminalDelivery(occ.reminder_id, occ.user_id, run_time_utc, status, error)
+        )
+
+
+def _terminal_key(t: _Terminal) -> tuple[uuid.UUID, datetime]:
+    return (t.delivery.reminder_id, t.delivery.run_time_utc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,14 +207,11 @@ class Begin:
             if (held := paused_refusal(reminder, occ.run_time_utc)) is not None:
                 status, error = DeliveryStatus.SUPPRESSED, held.error
                 batch.refused.append((occ.reminder_id, occ.run_time_utc, held))
-            batch.terminal.append(
-                _Terminal(r, occ.reminder_id, occ.user_id, occ.run_time_utc, status, error)
-            )
+            batch.terminal.append(_Terminal.of(r, occ, occ.run_time_utc, status, error))
         elif refusal is not None:
             batch.terminal.append(
-                _Terminal(r, occ.reminder_id, occ.user_id, occ.run_time_utc,
-                          DeliveryStatus.SUPPRESSED, refusal.error)
-            )  # fmt: skip
+                _Terminal.of(r, occ, occ.run_time_utc, DeliveryStatus.SUPPRESSED, refusal.error)
+            )
             batch.refused.append((occ.reminder_id, occ.run_time_utc, refusal))
         else:
             self._apply_misfire(batch, r, reminder, profile)
@@ -244,9 +256,9 @@ class Begin:
         for missed in plan.missed:
             log.info("delivery missed", extra=delivery_fields(occ.reminder_id, missed, None, None))
             batch.terminal.append(
-                _Terminal(None, occ.reminder_id, occ.user_id, missed, DeliveryStatus.MISSED,
-                          f"missed: {(now - missed).total_seconds():.0f} s late, "
-                          f"misfire policy {reminder.misfire_policy}")
+                _Terminal.of(None, occ, missed, DeliveryStatus.MISSED,
+                             f"missed: {(now - missed).total_seconds():.0f} s late, "
+                             f"misfire policy {reminder.misfire_policy}")
             )  # fmt: skip
         if plan.send is None:
             reminder_services.advance(
@@ -289,19 +301,15 @@ class Begin:
         if not batch.terminal:
             return
         conn, now = batch.conn, batch.now
-        distinct: dict[tuple[uuid.UUID, datetime], _Terminal] = {}
-        for t in sorted(batch.terminal, key=lambda t: (t.reminder_id, t.run_time_utc)):
-            distinct.setdefault((t.reminder_id, t.run_time_utc), t)
+        distinct: dict[tuple[uuid.UUID, datetime], TerminalDelivery] = {}
+        for t in sorted(batch.terminal, key=_terminal_key):
+            distinct.setdefault(_terminal_key(t), t.delivery)
         recorded = delivery_log.record_terminal_many(
             conn,
-            [
-                TerminalDelivery(reminder_id=t.reminder_id, user_id=t.user_id,
-                                 run_time_utc=t.run_time_utc, status=t.status, error=t.error)
-                for t in distinct.values()
-            ],
+            list(distinct.values()),
             now=now,
             lease_expired_before=now - timedelta(seconds=self.lease_s),
-        )  # fmt: skip
+        )
         # A row the provider reported sent (its sender died) was recorded `sent`: the
         # email went out, so no refusal fails or pauses its reminder for it.
         sent = {key for key, status in recorded.items() if status == DeliveryStatus.SENT}
@@ -309,7 +317,7 @@ class Begin:
         for t in batch.terminal:
             if t.received is None:
                 continue
-            key = (t.reminder_id, t.run_time_utc)
+            key = _terminal_key(t)
             if key not in recorded:
                 outcome = Outcome.DUPLICATE
             elif key in sent:
@@ -319,7 +327,7 @@ class Begin:
                     extra=_fields(t.received),
                 )
                 outcome = Outcome.SENT
-            elif t.status is DeliveryStatus.SUPPRESSED:
+            elif t.delivery.status is DeliveryStatus.SUPPRESSED:
                 outcome = Outcome.SUPPRESSED
             else:
                 outcome = Outcome.CANCELLED

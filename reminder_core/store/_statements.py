@@ -8,16 +8,20 @@ into SQL text.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from functools import cache
 from importlib import resources
+from typing import Any, TypeVar, cast
 
 import orjson
-from sqlalchemy import TextClause, text
+from sqlalchemy import CursorResult, TextClause, text
+
+T = TypeVar("T")
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
@@ -81,3 +85,32 @@ def _json_default(value: object) -> str:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"cannot serialise {type(value).__name__} for SQL")
+
+
+def records(cls: type[T], result: CursorResult[Any], /, **convert: Callable[[Any], Any]) -> list[T]:
+    """One `cls` (a dataclass) per row of `result`, field by column name: the one row →
+    record mapping of the store. `convert` names the fields whose column value is passed
+    through a function first (e.g. `status=ReminderStatus`).
+
+    Rows are built positionally (the cheapest construction of a slotted dataclass): in
+    column order when the statement selects the fields in field order, else through an
+    index computed once per result.
+
+    Raises:
+        RuntimeError: the statement's columns are not exactly the record's fields, or
+            `convert` names a field the record does not have (a statement and its record
+            drifted apart: fix one of them).
+    """
+    names = [f.name for f in dataclasses.fields(cast(Any, cls))]
+    keys = list(result.keys())
+    if sorted(keys) != sorted(names) or not set(convert) <= set(names):
+        raise RuntimeError(
+            f"{cls.__name__} has the fields {names} (converting {sorted(convert)}), "
+            f"the statement returns the columns {keys}"
+        )
+    build = cast(Callable[..., T], cls)
+    order = [keys.index(name) for name in names]
+    if not convert and order == list(range(len(names))):
+        return [build(*row) for row in result]
+    steps = [(i, convert.get(name)) for i, name in zip(order, names, strict=True)]
+    return [build(*[row[i] if fn is None else fn(row[i]) for i, fn in steps]) for row in result]

@@ -13,7 +13,7 @@ from enum import StrEnum
 from sqlalchemy import Connection
 
 from reminder_core.domain.states import DeliveryStatus
-from reminder_core.store._statements import json_rows, query
+from reminder_core.store._statements import json_rows, query, records
 
 # --- Shared reads ------------------------------------------------------------------------------
 
@@ -59,18 +59,7 @@ def list_page(
         query("delivery_list_page"),
         {"reminder_id": reminder_id, "limit": limit, "before": before or _AFTER_EVERY_OCCURRENCE},
     )
-    return [
-        DeliveryHistoryItem(
-            run_time_utc=r.run_time_utc,
-            status=DeliveryStatus(r.status),
-            provider=r.provider,
-            attempt_count=r.attempt_count,
-            error=r.error,
-            sent_at=r.sent_at,
-            updated_at=r.updated_at,
-        )
-        for r in rows
-    ]
+    return records(DeliveryHistoryItem, rows, status=DeliveryStatus)
 
 
 # --- Sender: begin, complete, heartbeat, withdraw ----------------------------------------------
@@ -260,18 +249,7 @@ def begin_many(
             "lease_expired_before": lease_expired_before,
         },
     )
-    return [
-        DeliveryTaken(
-            id=t.id,
-            lease_token=t.lease_token,
-            provider=t.provider,
-            provider_message_id=t.provider_message_id,
-            sent_at=t.sent_at,
-            recipient=t.recipient,
-            taken_over=t.taken_over,
-        )
-        for t in taken
-    ]
+    return records(DeliveryTaken, taken)
 
 
 def record_terminal_many(
@@ -586,17 +564,7 @@ def rescue_abandoned(
     rows = conn.execute(
         query("delivery_rescue_abandoned"), {"cutoff": cutoff, "now": now, "limit": limit}
     )
-    return [
-        AbandonedDelivery(
-            id=r.id,
-            reminder_id=r.reminder_id,
-            run_time_utc=r.run_time_utc,
-            provider=r.provider,
-            attempt_count=r.attempt_count,
-            status=DeliveryStatus(r.status),
-        )
-        for r in rows
-    ]
+    return records(AbandonedDelivery, rows, status=DeliveryStatus)
 
 
 def lock_held_live(
@@ -724,10 +692,7 @@ def list_partitions(conn: Connection) -> list[Partition]:
     """Every partition of delivery_log, the default one first, then by week; reads the
     catalog only (`delivery_list_partitions`)."""
     rows = conn.execute(query("delivery_list_partitions"))
-    return [
-        Partition(name=r.name, week_start=r.week_start, estimated_rows=float(r.estimated_rows))
-        for r in rows
-    ]
+    return records(Partition, rows, estimated_rows=float)
 
 
 def create_partition(conn: Connection, *, week_start: datetime) -> int | None:

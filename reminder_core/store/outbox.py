@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from reminder_core.store._statements import id_array, query
+from reminder_core.store._statements import id_array, query, records
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,7 @@ def lock_unpublished(conn: Connection, *, older_than: datetime, limit: int) -> l
     rows = conn.execute(
         query("outbox_lock_unpublished"), {"older_than": older_than, "limit": limit}
     )
-    return [OutboxRow(id=r.id, payload=dict(r.payload)) for r in rows]
+    return records(OutboxRow, rows, payload=dict)
 
 
 def delete_published(conn: Connection, *, cutoff: datetime, limit: int) -> int:

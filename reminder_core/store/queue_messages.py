@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row
+from sqlalchemy import Connection
 
-from reminder_core.store._statements import id_array, json_rows, query
+from reminder_core.store._statements import id_array, json_rows, query, records
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,17 +116,7 @@ def receive(
             "visibility_timeout_s": float(visibility_timeout_s),
         },
     )
-    rows = sorted(result, key=lambda r: (r.created_at, r.id))
-    return [
-        ReceivedMessage(
-            id=r.id,
-            body_json=r.body,
-            receipt_handle=r.receipt_handle,
-            receive_count=r.receive_count,
-            created_at=r.created_at,
-        )
-        for r in rows
-    ]
+    return sorted(records(ReceivedMessage, result), key=lambda m: (m.created_at, m.id))
 
 
 def delete_many(conn: Connection, *, queue: str, receipt_handles: Iterable[uuid.UUID]) -> None:
@@ -177,7 +167,7 @@ def list_dead(conn: Connection, *, queue: str, limit: int) -> list[DeadMessage]:
     """Up to `limit` dead letters, oldest dead-lettered first (then by id); no lock
     (`queue_message_list_dead`)."""
     rows = conn.execute(query("queue_message_list_dead"), {"queue": queue, "limit": limit})
-    return [_dead(r) for r in rows]
+    return records(DeadMessage, rows, body=dict)
 
 
 def lock_dead_unrecorded(conn: Connection, *, queue: str, limit: int) -> list[DeadMessage]:
@@ -187,7 +177,7 @@ def lock_dead_unrecorded(conn: Connection, *, queue: str, limit: int) -> list[De
     rows = conn.execute(
         query("queue_message_lock_dead_unrecorded"), {"queue": queue, "limit": limit}
     )
-    return [_dead(r) for r in rows]
+    return records(DeadMessage, rows, body=dict)
 
 
 def mark_dead_recorded(conn: Connection, *, queue: str, ids: Iterable[int], now: datetime) -> None:
@@ -219,13 +209,3 @@ def purge_dead(conn: Connection, *, queue: str) -> list[int]:
     """Delete every dead letter of the queue (`queue_message_purge_dead`); returns their
     ids."""
     return list(conn.execute(query("queue_message_purge_dead"), {"queue": queue}).scalars())
-
-
-def _dead(row: Row[Any]) -> DeadMessage:
-    return DeadMessage(
-        id=row.id,
-        body=dict(row.body),
-        receive_count=row.receive_count,
-        dead_lettered_at=row.dead_lettered_at,
-        dead_letter_recorded_at=row.dead_letter_recorded_at,
-    )

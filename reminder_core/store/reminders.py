@@ -4,18 +4,19 @@ on the caller's `Connection` and never commits; reminders are locked in id order
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, CursorResult
 
 from reminder_core.domain.localtime import Ambiguous, Nonexistent
 from reminder_core.domain.misfire import MisfirePolicy
 from reminder_core.domain.states import ReminderStatus
-from reminder_core.store._statements import id_array, json_rows, query
+from reminder_core.store._statements import id_array, json_rows, query, records
 from reminder_core.store.outbox import OutboxRow
 
 # --- API: create, read, list, change, cancel ---------------------------------------------------
@@ -58,19 +59,6 @@ class ReminderRecord:
     created_at: datetime
     updated_at: datetime
 
-    @classmethod
-    def of(cls, row: Any) -> ReminderRecord:
-        """The record of a `SELECT *` / `RETURNING *` row of `reminders`.
-
-        Raises:
-            TypeError: the table has a column this record does not know (a migration
-                added one: add the field).
-        """
-        values = dict(row._mapping)
-        values["exdates"] = tuple(values["exdates"] or ())
-        values["status"] = ReminderStatus(values["status"])
-        return cls(**values)
-
 
 @dataclass(frozen=True, slots=True)
 class NewReminder:
@@ -102,21 +90,35 @@ class NewReminder:
 _AFTER_EVERY_ROW = (datetime.max.replace(tzinfo=UTC), uuid.UUID(int=(1 << 128) - 1))
 
 
-def _one(row: Any) -> ReminderRecord | None:
-    return None if row is None else ReminderRecord.of(row)
+def _reminders(result: CursorResult[Any]) -> list[ReminderRecord]:
+    """The records of a `SELECT *` / `RETURNING *` result of `reminders` (a column a
+    migration added without its field fails loudly: see `records`)."""
+    return records(ReminderRecord, result, exdates=tuple, status=ReminderStatus)
+
+
+def _binds(record: NewReminder | ReminderRecord, **extra: object) -> dict[str, object]:
+    """Bind parameters named as the fields of `record` (`exdates` as a list, which
+    psycopg sends as an array), and `extra`; a statement reads those it names."""
+    binds = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    binds["exdates"] = list(record.exdates)
+    binds.update(extra)
+    return binds
+
+
+def _one(result: CursorResult[Any]) -> ReminderRecord | None:
+    found = _reminders(result)
+    return found[0] if found else None
 
 
 def get(conn: Connection, *, user_id: str, reminder_id: uuid.UUID) -> ReminderRecord | None:
     """The user's reminder, or None (another user's reminder is None too) (`reminder_get`)."""
-    row = conn.execute(query("reminder_get"), {"id": reminder_id, "user_id": user_id}).first()
-    return _one(row)
+    return _one(conn.execute(query("reminder_get"), {"id": reminder_id, "user_id": user_id}))
 
 
 def lock(conn: Connection, *, user_id: str, reminder_id: uuid.UUID) -> ReminderRecord | None:
     """`get`, with the row locked (`FOR UPDATE`) until the caller's transaction ends
     (`reminder_lock`)."""
-    row = conn.execute(query("reminder_lock"), {"id": reminder_id, "user_id": user_id}).first()
-    return _one(row)
+    return _one(conn.execute(query("reminder_lock"), {"id": reminder_id, "user_id": user_id}))
 
 
 def get_by_request_id(
@@ -124,11 +126,12 @@ def get_by_request_id(
 ) -> ReminderRecord | None:
     """The reminder this user created with this idempotency key, or None
     (`reminder_get_by_request_id`)."""
-    row = conn.execute(
-        query("reminder_get_by_request_id"),
-        {"user_id": user_id, "client_request_id": client_request_id},
-    ).first()
-    return _one(row)
+    return _one(
+        conn.execute(
+            query("reminder_get_by_request_id"),
+            {"user_id": user_id, "client_request_id": client_request_id},
+        )
+    )
 
 
 def insert(conn: Connection, new: NewReminder, *, now: datetime) -> ReminderRecord | None:
@@ -140,25 +143,8 @@ def insert(conn: Connection, new: NewReminder, *, now: datetime) -> ReminderReco
         sqlalchemy.exc.IntegrityError: a CHECK constraint refused a value (e.g. a title
             over 1,000 characters); the caller validates first.
     """
-    params = {
-        "user_id": new.user_id,
-        "title": new.title,
-        "body": new.body,
-        "start_local": new.start_local,
-        "all_day": new.all_day,
-        "timezone": new.timezone,
-        "rrule": new.rrule,
-        "exdates": list(new.exdates),
-        "dst_nonexistent": new.dst_nonexistent,
-        "dst_ambiguous": new.dst_ambiguous,
-        "misfire_policy": new.misfire_policy,
-        "max_lateness_s": new.max_lateness_s,
-        "next_run_utc": new.next_run_utc,
-        "client_request_id": new.client_request_id,
-        "request_fingerprint": new.request_fingerprint,
-        "now": now,
-    }
-    return _one(conn.execute(query("reminder_insert"), params).first())
+    params = _binds(new, now=now)
+    return _one(conn.execute(query("reminder_insert"), params))
 
 
 def list_page(
@@ -184,7 +170,7 @@ def list_page(
             "limit": limit,
         },
     )
-    return [ReminderRecord.of(r) for r in rows]
+    return _reminders(rows)
 
 
 def update(conn: Connection, changed: ReminderRecord, *, now: datetime) -> ReminderRecord | None:
@@ -193,31 +179,8 @@ def update(conn: Connection, changed: ReminderRecord, *, now: datetime) -> Remin
     None when the row is no longer at `changed.version` (`reminder_update`). Columns
     that only the store sets (user_id, template, the idempotency key, created_at) are
     not written."""
-    params = {
-        "id": changed.id,
-        "version": changed.version,
-        "title": changed.title,
-        "body": changed.body,
-        "start_local": changed.start_local,
-        "all_day": changed.all_day,
-        "timezone": changed.timezone,
-        "rrule": changed.rrule,
-        "exdates": list(changed.exdates),
-        "dst_nonexistent": changed.dst_nonexistent,
-        "dst_ambiguous": changed.dst_ambiguous,
-        "misfire_policy": changed.misfire_policy,
-        "max_lateness_s": changed.max_lateness_s,
-        "next_run_utc": changed.next_run_utc,
-        "status": changed.status.value,
-        "claimed_by": changed.claimed_by,
-        "claimed_at": changed.claimed_at,
-        "last_error": changed.last_error,
-        "paused_reason": changed.paused_reason,
-        "suppressed_address": changed.suppressed_address,
-        "suppression_checked_at": changed.suppression_checked_at,
-        "now": now,
-    }
-    return _one(conn.execute(query("reminder_update"), params).first())
+    params = _binds(changed, status=changed.status.value, now=now)
+    return _one(conn.execute(query("reminder_update"), params))
 
 
 def cancel(
@@ -226,10 +189,9 @@ def cancel(
     """Cancel the user's reminder if it is live (pending, claimed or paused): no next
     run, no claim, version + 1, updated_at = `now` (aware UTC). Returns the cancelled
     record, or None when it was not live or not the user's (`reminder_cancel`)."""
-    row = conn.execute(
-        query("reminder_cancel"), {"id": reminder_id, "user_id": user_id, "now": now}
-    ).first()
-    return _one(row)
+    return _one(
+        conn.execute(query("reminder_cancel"), {"id": reminder_id, "user_id": user_id, "now": now})
+    )
 
 
 # --- Coordinator and maintenance: claim, rescue, backlog ---------------------------------------
@@ -251,7 +213,7 @@ def claim_due(
         query("reminder_claim_due"),
         {"horizon": horizon, "now": now, "limit": limit, "worker": worker},
     )
-    return [OutboxRow(id=r.id, payload=dict(r.payload)) for r in rows]
+    return records(OutboxRow, rows, payload=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +237,7 @@ def rescue_claimed(
     rows = conn.execute(
         query("reminder_rescue_claimed"), {"cutoff": cutoff, "now": now, "limit": limit}
     )
-    return [RescuedClaim(id=r.id, next_run_utc=r.next_run_utc) for r in rows]
+    return records(RescuedClaim, rows)
 
 
 def get_timezone(conn: Connection, *, reminder_id: uuid.UUID) -> str | None:
@@ -396,29 +358,7 @@ def get_many_for_send(conn: Connection, ids: Iterable[uuid.UUID]) -> list[Remind
     """The reminders of `ids` that exist, in no particular order, unlocked
     (`reminder_get_many_for_send`)."""
     rows = conn.execute(query("reminder_get_many_for_send"), {"ids": id_array(ids)})
-    return [
-        ReminderForSend(
-            id=r.id,
-            user_id=r.user_id,
-            title=r.title,
-            body=r.body,
-            template=r.template,
-            timezone=r.timezone,
-            rrule=r.rrule,
-            status=ReminderStatus(r.status),
-            next_run_utc=r.next_run_utc,
-            start_local=r.start_local,
-            all_day=r.all_day,
-            exdates=r.exdates,
-            dst_nonexistent=r.dst_nonexistent,
-            dst_ambiguous=r.dst_ambiguous,
-            misfire_policy=r.misfire_policy,
-            max_lateness_s=r.max_lateness_s,
-            paused_reason=r.paused_reason,
-            suppressed_address=r.suppressed_address,
-        )
-        for r in rows
-    ]
+    return records(ReminderForSend, rows, status=ReminderStatus)
 
 
 def lock_many_for_advance(conn: Connection, ids: Iterable[uuid.UUID]) -> list[ReminderToAdvance]:
@@ -426,22 +366,7 @@ def lock_many_for_advance(conn: Connection, ids: Iterable[uuid.UUID]) -> list[Re
     caller's transaction ends, so that the next occurrence is computed from the current
     schedule (`reminder_lock_many_for_advance`)."""
     rows = conn.execute(query("reminder_lock_many_for_advance"), {"ids": id_array(ids)})
-    return [
-        ReminderToAdvance(
-            id=r.id,
-            user_id=r.user_id,
-            timezone=r.timezone,
-            rrule=r.rrule,
-            status=ReminderStatus(r.status),
-            next_run_utc=r.next_run_utc,
-            start_local=r.start_local,
-            all_day=r.all_day,
-            exdates=r.exdates,
-            dst_nonexistent=r.dst_nonexistent,
-            dst_ambiguous=r.dst_ambiguous,
-        )
-        for r in rows
-    ]
+    return records(ReminderToAdvance, rows, status=ReminderStatus)
 
 
 def advance_many(conn: Connection, advances: Sequence[ReminderAdvance], *, now: datetime) -> None:
@@ -471,10 +396,7 @@ def get_many_send_state(conn: Connection, ids: Iterable[uuid.UUID]) -> list[Remi
     """The state of the reminders of `ids` that exist, in no particular order, unlocked
     (`reminder_get_many_send_state`)."""
     rows = conn.execute(query("reminder_get_many_send_state"), {"ids": id_array(ids)})
-    return [
-        ReminderSendState(id=r.id, status=ReminderStatus(r.status), next_run_utc=r.next_run_utc)
-        for r in rows
-    ]
+    return records(ReminderSendState, rows, status=ReminderStatus)
 
 
 def complete_replayed(conn: Connection, *, reminder_id: uuid.UUID, now: datetime) -> None:
@@ -603,20 +525,14 @@ def list_suppressed_to_check(
         query("reminder_list_suppressed_to_check"),
         {"checked_before": checked_before, "limit": limit},
     )
-    return [
-        SuppressedRef(id=r.id, user_id=r.user_id, suppressed_address=r.suppressed_address)
-        for r in rows
-    ]
+    return records(SuppressedRef, rows)
 
 
 def list_suppressed_by_address(conn: Connection, *, email: str) -> list[SuppressedRef]:
     """Every reminder paused because the case-folded `email` was suppressed, by id
     (`reminder_list_suppressed_by_address`). No lock."""
     rows = conn.execute(query("reminder_list_suppressed_by_address"), {"email": email})
-    return [
-        SuppressedRef(id=r.id, user_id=r.user_id, suppressed_address=r.suppressed_address)
-        for r in rows
-    ]
+    return records(SuppressedRef, rows)
 
 
 def lock_many_suppressed(conn: Connection, ids: Collection[uuid.UUID]) -> list[SuppressedForResume]:
@@ -626,22 +542,7 @@ def lock_many_suppressed(conn: Connection, ids: Collection[uuid.UUID]) -> list[S
     if not ids:
         return []
     rows = conn.execute(query("reminder_lock_many_suppressed"), {"ids": id_array(sorted(ids))})
-    return [
-        SuppressedForResume(
-            id=r.id,
-            user_id=r.user_id,
-            timezone=r.timezone,
-            rrule=r.rrule,
-            next_run_utc=r.next_run_utc,
-            start_local=r.start_local,
-            all_day=r.all_day,
-            exdates=tuple(r.exdates or ()),
-            dst_nonexistent=r.dst_nonexistent,
-            dst_ambiguous=r.dst_ambiguous,
-            suppressed_address=r.suppressed_address,
-        )
-        for r in rows
-    ]
+    return records(SuppressedForResume, rows, exdates=tuple)
 
 
 def resume_many_from_suppression(

@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from reminder_core.domain.suppression import SuppressionReason
-from reminder_core.store._statements import query
+from reminder_core.store._statements import query, records
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +78,11 @@ def list_among(conn: Connection, emails: Iterable[str]) -> dict[str, Suppression
 def list_newest(conn: Connection, *, limit: int) -> list[SuppressionEntry]:
     """Up to `limit` entries, newest first (then by address), each with its count of
     paused reminders (`suppression_list_newest`)."""
-    return [
-        SuppressionEntry(
-            email=r.email,
-            reason=SuppressionReason(r.reason),
-            provider=r.provider,
-            source_event_id=r.source_event_id,
-            detail=r.detail,
-            created_at=r.created_at,
-            paused=r.paused,
-        )
-        for r in conn.execute(query("suppression_list_newest"), {"limit": limit})
-    ]
+    return records(
+        SuppressionEntry,
+        conn.execute(query("suppression_list_newest"), {"limit": limit}),
+        reason=SuppressionReason,
+    )
 
 
 def remove(conn: Connection, *, email: str) -> bool:

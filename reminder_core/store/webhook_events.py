@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.domain.suppression import ApplyOutcome, FeedbackKind
-from reminder_core.store._statements import query
+from reminder_core.store._statements import query, records
 
 # --- Webhooks and the rematcher ----------------------------------------------------------------
 
@@ -80,21 +80,7 @@ def lock_rematchable(conn: Connection, *, since: datetime, limit: int) -> list[R
     message now has a delivery row, oldest first, row-locked `FOR UPDATE SKIP LOCKED`
     until the caller's transaction ends (`webhook_event_lock_rematchable`)."""
     rows = conn.execute(query("webhook_event_lock_rematchable"), {"since": since, "limit": limit})
-    return [
-        RematchableEvent(
-            id=r.id,
-            provider=r.provider,
-            event_id=r.event_id,
-            kind=FeedbackKind(r.kind),
-            recipient=r.recipient,
-            reason=r.reason,
-            delivery_id=r.delivery_id,
-            delivery_run_time_utc=r.delivery_run_time_utc,
-            user_id=r.user_id,
-            delivery_status=DeliveryStatus(r.delivery_status),
-        )
-        for r in rows
-    ]
+    return records(RematchableEvent, rows, kind=FeedbackKind, delivery_status=DeliveryStatus)
 
 
 def mark_matched(
