@@ -76,6 +76,34 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput.update(node.config.stash[_RUN])
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In each xdist worker: order the collection so that every worker's first share
+    starts with its part of the long-running tests.
+
+    `--dist worksteal` (the Makefile's) hands worker k the k-th contiguous slice of the
+    collection and lets idle workers steal the tail of a busy one's queue. Collected in
+    path order, every e2e test (seconds to a minute each) would sit in the first slice and
+    run late, one after another. Dealt round-robin (e2e, then integration, then unit),
+    each slice starts with about 1/N of them and ends with quick unit tests to steal.
+    Every worker computes the same order, as xdist requires.
+    """
+    worker = getattr(config, "workerinput", None)
+    if worker is None:
+        return
+    workers = int(worker.get("workercount", 1))
+    if workers < 2:
+        return
+    kinds = ("e2e", "integration", "unit")
+
+    def kind(item: pytest.Item) -> int:
+        parts = Path(str(item.path)).parts
+        return next((i for i, k in enumerate(kinds) if k in parts), len(kinds))
+
+    ordered = sorted(items, key=kind)  # stable: path order within a kind
+    slices: list[list[pytest.Item]] = [ordered[k::workers] for k in range(workers)]
+    items[:] = [item for share in slices for item in share]
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(_RUN, None)
     if run is not None:
