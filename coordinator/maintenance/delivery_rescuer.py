@@ -1,6 +1,7 @@
 """Delivery rescuer: `sending` delivery rows that no worker holds and that their reminder
 will not come back to are ended: `failed` ("abandoned"), or `sent` when the provider's
-feedback reported the email accepted (docs/design.md, "Provider feedback")."""
+feedback reported the email accepted (docs/design.md, "Provider feedback: what the
+provider knows that the sender lost")."""
 
 from __future__ import annotations
 
