@@ -44,7 +44,11 @@ def _text_block(value: str | None) -> str | None:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown members are refused, and values are not coerced (pydantic
+    strict mode: `"all_day": "yes"` or `"max_lateness_s": "600"` is a 422, not true/600;
+    issue 14)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class DstPolicy(Strict):
@@ -190,7 +194,22 @@ class ReminderPatch(Strict):
 class PreviewRequest(ScheduleIn):
     """Body of POST /v1/occurrences:preview: a schedule that is not saved."""
 
-    limit: int = Field(default=10, ge=1, le=100)
+    limit: int = Field(default=10, ge=1, le=100, description="How many occurrences.")
+    from_: datetime | None = Field(
+        default=None,
+        alias="from",
+        strict=False,  # JSON has no datetime type: parsed from its ISO 8601 string
+        description="List the occurrences at or after this instant (ISO 8601 with a UTC "
+        "offset, any date, past or future); omitted: now.",
+        examples=["2027-03-01T00:00:00Z"],
+    )
+
+    @field_validator("from_")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.utcoffset() is None:
+            raise ValueError("must be an instant with a UTC offset, e.g. 2027-03-01T00:00:00Z")
+        return value
 
 
 class ReminderOut(BaseModel):

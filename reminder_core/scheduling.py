@@ -10,7 +10,13 @@ from typing import Protocol, cast
 from zoneinfo import ZoneInfo
 
 from reminder_core.domain.localtime import Ambiguous, Nonexistent, load_zone
-from reminder_core.domain.recurrence import Limits, Schedule, compile_schedule, next_occurrence
+from reminder_core.domain.recurrence import (
+    Limits,
+    Schedule,
+    compile_schedule,
+    next_occurrence,
+    unmatched_exdates,
+)
 from reminder_core.domain.schedule import first_run_utc
 from reminder_core.errors import InvalidSchedule
 from reminder_core.profiles import Profile
@@ -29,7 +35,6 @@ class ScheduleConfig:
         return cls(
             limits=Limits(
                 max_iterations=settings.expansion_max_iterations,
-                max_seconds=settings.expansion_max_seconds,
                 max_count=settings.max_rrule_count,
                 max_exdates=settings.max_exdates,
                 min_spacing_s=settings.min_recurrence_spacing_s,
@@ -47,12 +52,14 @@ def build_schedule(
     nonexistent: str,
     ambiguous: str,
     config: ScheduleConfig,
+    accept: bool,
 ) -> Schedule:
     """The schedule of a reminder from its stored fields.
 
     Args:
         start_local: naive start as stored (for all-day reminders: the date at 00:00).
         exdates: naive local date-times as stored (all-day: dates at 00:00).
+        accept: a schedule being submitted (every check) rather than one read back.
 
     Raises:
         InvalidSchedule: a field cannot be accepted (see `compile_schedule`).
@@ -69,6 +76,7 @@ def build_schedule(
         nonexistent=cast(Nonexistent, _literal(nonexistent, ("shift", "skip"), "dst.nonexistent")),
         ambiguous=cast(Ambiguous, _literal(ambiguous, ("first", "last", "both"), "dst.ambiguous")),
         limits=config.limits,
+        accept=accept,
     )
 
 
@@ -135,11 +143,47 @@ def stored_of(row: ScheduleColumns) -> StoredSchedule:
 
 
 def schedule_of(stored: StoredSchedule, config: ScheduleConfig) -> Schedule:
-    """The compiled schedule of stored columns.
+    """The schedule of a reminder as stored, accepted earlier: parsed, not re-checked
+    against today's limits (docs/design.md, "Occurrences").
 
     Raises:
-        InvalidSchedule: ("rrule", "exdates", "dst.*") the current limits refuse it.
+        InvalidSchedule: the stored text cannot be parsed at all (not expected: it was
+            accepted and stored in canonical form).
     """
+    return _compiled(stored, config, accept=False)
+
+
+def accepted_schedule(
+    stored: StoredSchedule,
+    zone: ZoneInfo,
+    now: datetime,
+    config: ScheduleConfig,
+    *,
+    exdates_carried: bool = False,
+) -> tuple[Schedule, datetime]:
+    """Accept a schedule a user submits (create, update, preview): every limit, the
+    spacing check, every exclusion an occurrence of the rule in `zone`, and an occurrence
+    left at or after `now` (aware UTC).
+
+    Args:
+        exdates_carried: the exclusions were kept from before a change of start or rule
+            (PATCH without `exdates`), so the refusal says to send them.
+
+    Returns:
+        (the schedule, its next_run_utc: aware UTC).
+
+    Raises:
+        InvalidSchedule: naming the field ("rrule", "exdates[i]", "exdates",
+            "start_local", "dst.*") and the reason.
+    """
+    schedule = _compiled(stored, config, accept=True)
+    unmatched = unmatched_exdates(schedule, zone, limits=config.limits)
+    if unmatched:
+        _refuse_exdates(stored, config, unmatched, carried=exdates_carried)
+    return schedule, first_run(schedule, zone, now, config)
+
+
+def _compiled(stored: StoredSchedule, config: ScheduleConfig, *, accept: bool) -> Schedule:
     return build_schedule(
         start_local=stored.start_local,
         all_day=stored.all_day,
@@ -148,7 +192,46 @@ def schedule_of(stored: StoredSchedule, config: ScheduleConfig) -> Schedule:
         nonexistent=stored.nonexistent,
         ambiguous=stored.ambiguous,
         config=config,
+        accept=accept,
     )
+
+
+def _refuse_exdates(
+    stored: StoredSchedule,
+    config: ScheduleConfig,
+    unmatched: dict[datetime, tuple[datetime, ...]],
+    *,
+    carried: bool,
+) -> None:
+    """Raise InvalidSchedule for the first exclusion (in request order) that matches no
+    occurrence, naming it and the rule's times on that date."""
+
+    def shown(value: datetime) -> str:
+        return value.date().isoformat() if stored.all_day else value.isoformat(timespec="minutes")
+
+    fire_at = config.all_day_local_time
+    for index, value in enumerate(stored.exdates):
+        key = datetime.combine(value.date(), fire_at) if stored.all_day else value
+        if key not in unmatched:
+            continue
+        that_day = unmatched[key]
+        where = (
+            f"on {value.date().isoformat()} it fires at "
+            + ", ".join(t.strftime("%H:%M") for t in that_day)
+            if that_day and not stored.all_day
+            else f"it does not fire on {value.date().isoformat()}"
+        )
+        if carried:
+            raise InvalidSchedule(
+                "exdates",
+                f"{shown(value)}, kept from before this change, is not an occurrence of the "
+                f"new schedule ({where}); send 'exdates' with the change",
+            )
+        raise InvalidSchedule(
+            f"exdates[{index}]",
+            f"{shown(value)} is not an occurrence of the rule, so it would exclude nothing "
+            f"({where})",
+        )
 
 
 def first_run(

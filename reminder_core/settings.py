@@ -158,7 +158,6 @@ class Settings(BaseSettings):
     max_rrule_count: int = Field(default=1000, ge=1, le=100_000)
     max_exdates: int = Field(default=100, ge=0, le=10_000)
     expansion_max_iterations: int = Field(default=100_000, ge=100)
-    expansion_max_seconds: float = Field(default=0.5, gt=0, le=10)
 
     # --- metrics and alerts (docs/design.md, "Metrics", "Alerts"; docs/operations.md) ---
     metrics_port: int = Field(

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from reminder_api.deps import AppContext, context, current_user
+from reminder_api.deps import AppContext, context, current_user, reject_unknown_query
 from reminder_api.routes.reminders import zone_of
 from reminder_api.schedules import occurrence_list, parse_schedule
 from reminder_api.schemas import OccurrenceList, PreviewRequest
-from reminder_core.scheduling import first_run, schedule_of
+from reminder_core.scheduling import accepted_schedule
 
-router = APIRouter(prefix="/v1", tags=["occurrences"])
+router = APIRouter(prefix="/v1", tags=["occurrences"], dependencies=[Depends(reject_unknown_query)])
 
 
 @router.post("/occurrences:preview", response_model=OccurrenceList)
@@ -21,9 +22,10 @@ def preview_occurrences(
     user_id: Annotated[str, Depends(current_user)],
     ctx: Annotated[AppContext, Depends(context)],
 ) -> OccurrenceList:
-    """The next `limit` occurrences from now of the given schedule (nothing is stored),
-    each with its UTC instant, local wall time with offset and DST flags. Invalid input
-    answers 422 exactly as creating the reminder would."""
+    """The first `limit` occurrences at or after `from` (default: now) of the given
+    schedule (nothing is stored), each with its UTC instant, local wall time with offset
+    and DST flags. Invalid input answers 422 as creating the reminder then would; `limit`
+    and `from` are body members (a query parameter is refused)."""
     stored = parse_schedule(
         start_local=payload.start_local,
         all_day=payload.all_day,
@@ -33,7 +35,6 @@ def preview_occurrences(
     )
     zone = zone_of(ctx, user_id, payload.timezone)
     config = ctx.schedule_config
-    schedule = schedule_of(stored, config)
-    now = ctx.clock()
-    first_run(schedule, zone, now, config)  # refused exactly as creating it would be
-    return occurrence_list(schedule, zone, now, payload.limit, config)
+    after = payload.from_.astimezone(UTC) if payload.from_ is not None else ctx.clock()
+    schedule, _ = accepted_schedule(stored, zone, after, config)  # refused as a create would be
+    return occurrence_list(schedule, zone, after, payload.limit, config)

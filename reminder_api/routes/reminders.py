@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import uuid
@@ -15,7 +16,13 @@ from zoneinfo import ZoneInfo
 from fastapi import APIRouter, Depends, Header, Query, Response, status
 from sqlalchemy import Connection
 
-from reminder_api.deps import AppContext, context, current_user, db_connection
+from reminder_api.deps import (
+    AppContext,
+    context,
+    current_user,
+    db_connection,
+    reject_unknown_query,
+)
 from reminder_api.schedules import format_local, occurrence_list, parse_schedule
 from reminder_api.schemas import (
     MAX_REQUEST_ID,
@@ -39,7 +46,9 @@ from reminder_core.store import delivery_log
 from reminder_core.store import reminders as store
 from reminder_core.store.reminders import ReminderRecord
 
-router = APIRouter(prefix="/v1/reminders", tags=["reminders"])
+router = APIRouter(
+    prefix="/v1/reminders", tags=["reminders"], dependencies=[Depends(reject_unknown_query)]
+)
 
 User = Annotated[str, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
@@ -354,32 +363,48 @@ def _edit_of(payload: ReminderPatch, r: ReminderRecord, ctx: AppContext) -> Remi
     current = stored_of(r)
     stored = current
     timezone = r.timezone
+    exdates_carried = False
     if given & SCHEDULE_FIELDS:
         all_day = payload.all_day if "all_day" in given else r.all_day
         assert all_day is not None
 
-        def carried(value: datetime) -> str:
-            # An all-day reminder turned into a timed one keeps firing at the all-day time.
+        def carried(value: datetime) -> datetime:
+            # An all-day reminder turned into a timed one keeps firing at the all-day time;
+            # a timed one turned all-day keeps its dates (stored at 00:00).
             if current.all_day and not all_day:
-                value = datetime.combine(value.date(), ctx.schedule_config.all_day_local_time)
-            return format_local(value, all_day)
+                return datetime.combine(value.date(), ctx.schedule_config.all_day_local_time)
+            if all_day and not current.all_day:
+                return datetime.combine(value.date(), datetime.min.time())
+            return value
 
         dst = DstPolicy(nonexistent=current.nonexistent, ambiguous=current.ambiguous)  # type: ignore[arg-type]
         if payload.dst is not None:  # only the sub-fields given change
             dst = dst.model_copy(
                 update=payload.dst.model_dump(include=payload.dst.model_fields_set)
             )
-        stored = parse_schedule(
-            start_local=payload.start_local
+        start_local = (
+            payload.start_local
             if "start_local" in given and payload.start_local is not None
-            else carried(current.start_local),
+            else format_local(carried(current.start_local), all_day)
+        )
+        stored = parse_schedule(
+            start_local=start_local,
             all_day=all_day,
             rrule=payload.rrule if "rrule" in given else current.rrule,
-            exdates=payload.exdates or []
-            if "exdates" in given
-            else [carried(d) for d in current.exdates],
+            exdates=payload.exdates or [] if "exdates" in given else [],
             dst=dst,
         )
+        if "exdates" not in given:
+            # Kept exclusions must still match the new schedule (services.update refuses
+            # them otherwise, docs/api.md "Exclusions"); those before a later start can
+            # never fire and are dropped.
+            kept = tuple(
+                moved
+                for moved in (carried(d) for d in current.exdates)
+                if moved >= stored.start_local
+            )
+            exdates_carried = bool(kept)
+            stored = dataclasses.replace(stored, exdates=kept)
         timezone = payload.timezone if "timezone" in given else r.timezone
     misfire_policy, max_lateness_s = r.misfire_policy, r.max_lateness_s
     if payload.misfire is not None:  # only the sub-fields given change
@@ -399,6 +424,7 @@ def _edit_of(payload: ReminderPatch, r: ReminderRecord, ctx: AppContext) -> Remi
     return ReminderEdit(
         content=content,
         schedule_changed=bool(given & SCHEDULE_FIELDS),
+        exdates_carried=exdates_carried,
     )
 
 

@@ -25,20 +25,29 @@ Corrections around python-dateutil:
   in an equivalent year near 9999: the Gregorian calendar repeats exactly every 400 years
   (146,097 days = 20,871 weeks), so shifting the anchor by a multiple of 400 years and
   back changes no occurrence, while dateutil's own MAXYEAR guard now ends any search after
-  `window_years` to `window_years + 400` years.
+  `window_years` to `window_years + 400` years. That horizon, not a clock, bounds the
+  work of every search, so whether a rule is accepted, and whether its next occurrence
+  can be computed, never depends on how busy the machine is (docs/design.md,
+  "Occurrences").
+- Where a rule leaves out a part RFC 5545 §3.3.10 derives from DTSTART, dateutil reads
+  it otherwise in two cases: YEARLY with BYWEEKNO but no day part fires on every day of
+  those weeks, and YEARLY with BYMONTHDAY but no BYMONTH on that day of every month. We
+  write the day of the week (resp. the month) of the start into the rule (`_derived`).
 
 Cost does not grow with age: for a rule without COUNT the anchor is the period boundary
 just before the time asked about, with the rule's INTERVAL phase kept, so computing the
 next occurrence of a ten-year-old reminder expands no more than a new one. A rule with
 COUNT must count from its start; COUNT is capped (Limits.max_count) for that reason.
+
+A schedule is accepted once (`compile_schedule`: syntax, limits, spacing, exclusions) and
+only parsed afterwards (`compile_schedule(..., accept=False)`), so a stored rule keeps
+working when an operator tightens the limits.
 """
 
 from __future__ import annotations
 
 import heapq
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
@@ -48,9 +57,8 @@ from zoneinfo import ZoneInfo
 
 from dateutil import rrule as du
 
-from reminder_core.domain.deadline import TimeLimitExceeded, time_limit
 from reminder_core.domain.localtime import Ambiguous, Nonexistent, readings
-from reminder_core.domain.rrule import RecurRule, parse_rrule
+from reminder_core.domain.rrule import RecurRule, WeekdaySpec, parse_rrule
 from reminder_core.errors import InvalidSchedule
 
 _DU_FREQ: dict[str, Literal[0, 1, 2, 3, 4, 5, 6]] = {
@@ -77,9 +85,11 @@ _ANCHOR_MARGIN = timedelta(hours=26)
 class Limits:
     """Bounds on one expansion, so that no input can make a request spin.
 
+    Every bound counts work (candidates, years), never wall time, so the same input gets
+    the same answer on an idle and on an overloaded machine.
+
     Attributes:
         max_iterations: local candidates examined per call.
-        max_seconds: wall time per call (checked every 256 candidates).
         window_years: shortest search window (the real one is up to 400 years longer).
         max_count: largest RRULE COUNT accepted.
         max_exdates: largest number of exdates accepted.
@@ -87,7 +97,6 @@ class Limits:
     """
 
     max_iterations: int = 100_000
-    max_seconds: float = 0.5
     window_years: int = 100
     max_count: int = 1000
     max_exdates: int = 100
@@ -117,7 +126,7 @@ def _anchor_margin(zone: ZoneInfo) -> timedelta:
 
 
 class ExpansionLimitExceeded(InvalidSchedule):
-    """Expanding the rule took more iterations or time than `Limits` allow."""
+    """Expanding the rule examined more candidates than `Limits.max_iterations`."""
 
     def __init__(self, what: str) -> None:
         super().__init__("rrule", f"is too expensive to expand ({what}); simplify the rule")
@@ -170,6 +179,7 @@ def compile_schedule(
     nonexistent: Nonexistent = "shift",
     ambiguous: Ambiguous = "first",
     limits: Limits = DEFAULT_LIMITS,
+    accept: bool = True,
 ) -> Schedule:
     """Validate a schedule's parts and return it.
 
@@ -177,14 +187,20 @@ def compile_schedule(
         start_local: naive wall-clock start (all-day: date at the all-day fire time).
         rrule: RFC 5545 RRULE text, with or without "RRULE:", or None.
         exdates: naive local date-times to leave out.
+        accept: True for a schedule a user is submitting: every limit and the spacing
+            check apply. False for one accepted earlier and read back from storage: the
+            rule is only parsed, so a stored schedule is never refused later because the
+            operator changed a limit (its COUNT, exclusions or spacing).
 
     Raises:
         InvalidSchedule: naming the field ("rrule", "exdates") and the reason; also when
-            the rule repeats more often than `limits.min_spacing_s`.
+            the rule repeats more often than `limits.min_spacing_s` or has no occurrence
+            within the search window from its start (`accept` only). The verdict depends
+            on the input and `limits` alone (no clock).
     """
     if start_local.tzinfo is not None:
         raise ValueError("start_local must be naive")
-    if len(exdates) > limits.max_exdates:
+    if accept and len(exdates) > limits.max_exdates:
         raise InvalidSchedule("exdates", f"at most {limits.max_exdates} are allowed")
     if exdates and rrule is None:
         raise InvalidSchedule(
@@ -192,7 +208,9 @@ def compile_schedule(
         )
     rule = None
     if rrule is not None:
-        rule = parse_rrule(rrule, all_day=all_day, max_count=limits.max_count)
+        rule = parse_rrule(
+            rrule, all_day=all_day, max_count=limits.max_count if accept else 2**31 - 1
+        )
         if all_day and (
             rule.freq in ("HOURLY", "MINUTELY", "SECONDLY")
             or rule.byhour is not None
@@ -212,13 +230,27 @@ def compile_schedule(
         nonexistent=nonexistent,
         ambiguous=ambiguous,
     )
-    if rule is not None:
-        with _bounded(limits):
-            _check_spacing(schedule, limits)
+    if rule is not None and accept:
+        _check_spacing(schedule, limits)
     return schedule
 
 
+#: Consecutive candidates whose spacing `compile_schedule` checks (fewer with COUNT/UNTIL),
+#: and the span past the first one after which it stops looking (two leap cycles: a rule
+#: sparse enough to need more puts no load on anything).
+SPACING_SAMPLE = 51
+SPACING_SPAN = timedelta(days=8 * 366)
+
+
 def _check_spacing(schedule: Schedule, limits: Limits) -> None:
+    """Refuse a rule whose first candidates come closer than `limits.min_spacing_s`, or
+    that has no candidate at all within the search window from its start.
+
+    Looks at the first SPACING_SAMPLE candidates, no more than COUNT of them, none past
+    UNTIL and none more than SPACING_SPAN after the first (a rule's real occurrences are
+    all there is to check: issue 14 found a COUNT=3 rule refused for the cost of 50
+    candidates it never has). Work is bounded by the candidates and the search window.
+    """
     rule = schedule.rule
     assert rule is not None
     minimum = limits.min_spacing_s
@@ -228,8 +260,19 @@ def _check_spacing(schedule: Schedule, limits: Limits) -> None:
             f"FREQ={rule.freq};INTERVAL={rule.interval} repeats more often than the minimum "
             f"spacing of {minimum:g} s",
         )
+    sample = min(SPACING_SAMPLE, rule.count) if rule.count is not None else SPACING_SAMPLE
+    until = rule.until.value if rule.until is not None else None
     previous: datetime | None = None
-    for i, local in enumerate(_local_candidates(schedule, None, limits, _Budget(limits))):
+    first: datetime | None = None
+    seen = 0
+    for local in _local_candidates(schedule, None, limits, _Budget(limits)):
+        if first is not None and local - first > SPACING_SPAN:
+            break
+        if isinstance(until, datetime):
+            if local - _MAX_OFFSET > until.replace(tzinfo=None):
+                break  # fires at or after local - 14 h: past UNTIL in every zone
+        elif until is not None and local.date() > until:
+            break
         if previous is not None and (local - previous).total_seconds() < minimum:
             raise InvalidSchedule(
                 "rrule",
@@ -237,35 +280,31 @@ def _check_spacing(schedule: Schedule, limits: Limits) -> None:
                 f"closer than the minimum spacing of {minimum:g} s",
             )
         previous = local
-        if i >= 50:
+        first = first or local
+        seen += 1
+        if seen >= sample:
             break
-
-
-@contextmanager
-def _bounded(limits: Limits) -> Iterator[None]:
-    """Stop an expansion after `limits.max_seconds` of wall time, wherever it is (also
-    inside python-dateutil's search), as ExpansionLimitExceeded."""
-    try:
-        with time_limit(limits.max_seconds):
-            yield
-    except TimeLimitExceeded:
-        raise ExpansionLimitExceeded(f"over {limits.max_seconds:g} s") from None
+    if seen == 0:
+        raise InvalidSchedule(
+            "rrule",
+            f"has no occurrence from its start {schedule.start_local:%Y-%m-%dT%H:%M:%S} on "
+            f"(none within {limits.window_years} years, or UNTIL is before the start)",
+        )
 
 
 class _Budget:
-    """Counts iterations and wall time of one expansion."""
+    """Counts the candidates one expansion examines (work, not time)."""
+
+    __slots__ = ("iterations", "limit")
 
     def __init__(self, limits: Limits) -> None:
-        self.limits = limits
+        self.limit = limits.max_iterations
         self.iterations = 0
-        self.deadline = time.monotonic() + limits.max_seconds
 
     def tick(self) -> None:
         self.iterations += 1
-        if self.iterations > self.limits.max_iterations:
-            raise ExpansionLimitExceeded(f"over {self.limits.max_iterations} iterations")
-        if self.iterations % 256 == 0 and time.monotonic() > self.deadline:
-            raise ExpansionLimitExceeded(f"over {self.limits.max_seconds:g} s")
+        if self.iterations > self.limit:
+            raise ExpansionLimitExceeded(f"over {self.limit} iterations")
 
 
 def _anchor(rule: RecurRule, start: datetime, target: datetime) -> datetime:
@@ -294,6 +333,33 @@ def _anchor(rule: RecurRule, start: datetime, target: datetime) -> datetime:
         base = base.replace(second=0)
     steps = int((target - base).total_seconds() // (unit * n))
     return base + timedelta(seconds=max(0, steps) * unit * n)
+
+
+@lru_cache(maxsize=4096)
+def _derived(rule: RecurRule, start: datetime) -> RecurRule:
+    """`rule` with the parts RFC 5545 §3.3.10 takes from DTSTART written out where
+    python-dateutil would read their absence otherwise.
+
+    RFC 5545 §3.3.10: "Information, not contained in the rule, necessary to determine the
+    various recurrence instance start time and dates are derived from the Start Time
+    ("DTSTART") component attribute." Two cases differ from dateutil:
+
+    - FREQ=YEARLY with BYWEEKNO and no BYDAY, BYMONTHDAY or BYYEARDAY: the weekday is
+      the start's (dateutil: every day of those weeks). E.g. from Tuesday 2013-01-08,
+      BYWEEKNO=1,2 is the Tuesday of ISO weeks 1 and 2: 2013-01-08, 2013-12-31, 2014-01-07.
+    - FREQ=YEARLY with BYMONTHDAY and no BYMONTH, BYWEEKNO or BYYEARDAY: the month is the
+      start's (dateutil: that day of every month). E.g. from 2024-02-29, BYMONTHDAY=29 is
+      February 29 of each leap year (invalid dates are skipped, §3.3.10).
+    """
+    if rule.freq != "YEARLY" or rule.byyearday is not None:
+        return rule
+    if rule.byweekno is not None:
+        if rule.byday is None and rule.bymonthday is None:
+            return replace(rule, byday=(WeekdaySpec(start.weekday()),))
+        return rule
+    if rule.bymonthday is not None and rule.bymonth is None:
+        return replace(rule, bymonth=(start.month,))
+    return rule
 
 
 @lru_cache(maxsize=4096)
@@ -397,7 +463,7 @@ def _local_candidates(
         yield start
         return
     from_local = start if target is None or rule.count is not None else max(start, target)
-    rule, phase = _as_monthly(rule, start)
+    rule, phase = _as_monthly(_derived(rule, start), start)
     anchor = _anchor(rule, phase, from_local)
     cycles = max(0, (_MAX_YEAR - limits.window_years - anchor.year) // _CYCLE_YEARS)
     shifted = anchor.replace(year=anchor.year + cycles * _CYCLE_YEARS)
@@ -456,7 +522,7 @@ def iter_occurrences(
             in their place, for previews.
 
     Raises:
-        ExpansionLimitExceeded: the rule needs more iterations or time than `limits`.
+        ExpansionLimitExceeded: the rule needs more candidates than `limits` allow.
     """
     rule = schedule.rule
     after_utc = after.astimezone(UTC) if after is not None else None
@@ -546,13 +612,10 @@ def next_occurrence(
     or none within the search window).
 
     Raises:
-        ExpansionLimitExceeded: the rule needs more iterations or time than `limits`.
+        ExpansionLimitExceeded: the rule needs more candidates than `limits` allow.
     """
-    with _bounded(limits):
-        for occ in iter_occurrences(
-            schedule, zone, after=after, inclusive=inclusive, limits=limits
-        ):
-            return occ.utc
+    for occ in iter_occurrences(schedule, zone, after=after, inclusive=inclusive, limits=limits):
+        return occ.utc
     return None
 
 
@@ -567,13 +630,54 @@ def occurrences_between(
 ) -> list[datetime]:
     """Instants in (`after`, `until`], ascending, at most `max_items` (aware UTC)."""
     found: list[datetime] = []
-    with _bounded(limits):
-        for occ in iter_occurrences(schedule, zone, after=after, inclusive=False, limits=limits):
-            assert occ.utc is not None
-            if occ.utc > until or len(found) >= max_items:
-                break
-            found.append(occ.utc)
+    for occ in iter_occurrences(schedule, zone, after=after, inclusive=False, limits=limits):
+        assert occ.utc is not None
+        if occ.utc > until or len(found) >= max_items:
+            break
+        found.append(occ.utc)
     return found
+
+
+def unmatched_exdates(
+    schedule: Schedule, zone: ZoneInfo, *, limits: Limits = DEFAULT_LIMITS
+) -> dict[datetime, tuple[datetime, ...]]:
+    """The exclusions that match no occurrence of the rule, each with the rule's local
+    times on that date (empty: none that day), in `zone`.
+
+    RFC 5545 §3.8.5.1: an EXDATE removes the instance with that start; one that equals no
+    instance removes nothing, so a user who wrote it meant something else (a time the
+    rule no longer has, a day before the start, past COUNT or UNTIL). A gap time dropped
+    by the `skip` policy still counts as matched: the rule has that instance.
+
+    Args:
+        schedule: a schedule with a rule (no rule: nothing to match, {}).
+
+    Returns:
+        {exdate: local times of the rule on exdate's date, ascending}, in exdate order.
+
+    Raises:
+        ExpansionLimitExceeded: as `iter_occurrences`.
+    """
+    if schedule.rule is None or not schedule.exdates:
+        return {}
+    bare = replace(schedule, exdates=frozenset())
+    unmatched: dict[datetime, tuple[datetime, ...]] = {}
+    for excluded in sorted(schedule.exdates):
+        day = excluded.date()
+        # Local L fires within [L - 14 h, L + 12 h] in UTC: from the day's first minute
+        # read at the largest offset on, and up to the next day's end at the smallest.
+        after = (_midnight(day) - _MAX_OFFSET - timedelta(hours=1)).replace(tzinfo=UTC)
+        stop = _midnight(day) + timedelta(days=2) + _MAX_NEGATIVE_OFFSET
+        that_day: set[datetime] = set()
+        for occ in iter_occurrences(bare, zone, after=after, include_skipped=True, limits=limits):
+            if occ.local.date() == day:
+                that_day.add(occ.local)
+            instant = occ.utc if occ.utc is not None else readings(occ.local, zone)[0][0]
+            if instant.replace(tzinfo=None) > stop:
+                break
+        if excluded not in that_day:
+            unmatched[excluded] = tuple(sorted(that_day))
+    return unmatched
 
 
 def preview(
@@ -604,4 +708,5 @@ __all__ = [
     "next_occurrence",
     "occurrences_between",
     "preview",
+    "unmatched_exdates",
 ]

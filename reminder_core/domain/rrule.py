@@ -119,6 +119,8 @@ def parse_rrule(text: str, *, all_day: bool, max_count: int) -> RecurRule:
     if any(c in body for c in "\r\n"):
         raise InvalidSchedule(FIELD, "must be a single RRULE line")
 
+    if body.endswith(";") and not body.endswith(";;"):
+        body = body[:-1]  # one trailing ';' is common in the wild (issue 14): accepted
     parts: dict[str, str] = {}
     for raw in body.split(";"):
         if not raw:

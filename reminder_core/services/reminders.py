@@ -29,7 +29,7 @@ from reminder_core.errors import Conflict, InvalidSchedule, NotFound
 from reminder_core.scheduling import (
     ScheduleConfig,
     StoredSchedule,
-    first_run,
+    accepted_schedule,
     schedule_of,
     stored_of,
 )
@@ -84,10 +84,12 @@ class ReminderDraft:
 class ReminderEdit:
     """The content a reminder should have after a change (the caller merged the request
     with the locked record); `schedule_changed` says whether the schedule or the zone
-    were given, so that next_run_utc is computed again."""
+    were given, so that next_run_utc is computed again; `exdates_carried` that the
+    exclusions were kept from before the change rather than given with it."""
 
     content: ReminderContent
     schedule_changed: bool
+    exdates_carried: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +131,7 @@ def create(
         Conflict: the idempotency key was used with another request body.
     """
     content = draft.content
-    compiled = schedule_of(content.schedule, config)
-    next_run = first_run(compiled, zone, now, config)
+    compiled, next_run = accepted_schedule(content.schedule, zone, now, config)
     new = NewReminder(
         user_id=draft.user_id,
         title=content.title,
@@ -207,7 +208,9 @@ def update(
     )
     if edit.schedule_changed:
         in_zone = zone(content.timezone)
-        compiled = schedule_of(content.schedule, config)
+        compiled, next_run = accepted_schedule(
+            content.schedule, in_zone, now, config, exdates_carried=edit.exdates_carried
+        )
         changed = dataclasses.replace(
             changed,
             start_local=content.schedule.start_local,
@@ -217,7 +220,7 @@ def update(
             dst_nonexistent=content.schedule.nonexistent,
             dst_ambiguous=content.schedule.ambiguous,
             timezone=content.timezone,
-            next_run_utc=first_run(compiled, in_zone, now, config),
+            next_run_utc=next_run,
         )
         if locked.status != ReminderStatus.PAUSED:
             changed = dataclasses.replace(

@@ -4,7 +4,8 @@ and find each named metric with plausible values.
 `reminders dev` runs as a real process (every workload in one process, so the API's
 `/metrics` and the workers' METRICS_PORT serve one registry); three reminders are created
 over HTTP and delivered to the file sink; then both endpoints are scraped. Expected values
-come from the definitions (docs/operations.md "Metrics, alerts and `reminders status`"; docs/design.md, "Metrics"): one
+come from the definitions (docs/operations.md "Metrics, alerts and `reminders status`";
+docs/design.md, "Metrics"): one
 delivery_lag observation per sent occurrence, each within the 10 s of issue 2; one claim,
 one fast-path publication, one provider call per reminder; the backlog gauges back to 0
 once everything is sent.

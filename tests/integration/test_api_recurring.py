@@ -253,12 +253,19 @@ def test_exdates_are_left_out_and_echoed(
     assert stored.next_run_utc == utc(2029, 6, 3, 13, 0)
 
 
-def test_exdate_not_on_the_rule_changes_nothing(client: TestClient, alice: dict[str, str]) -> None:
+def test_exdate_not_on_the_rule_is_422_and_nothing_stored(
+    client: TestClient, db: Engine, alice: dict[str, str]
+) -> None:
     # An EXDATE at 10:00 matches no 09:00 instance (RFC 5545 §3.8.5.1 removes instances
-    # whose start equals it): the next one stays 2029-06-01 13:00Z.
-    out = create(client, alice, recurring(exdates=["2029-06-01T10:00"]))
+    # whose start equals it), so it would exclude nothing: issue 14 asks for a 422 naming it.
+    before = table_counts(db)
+    resp = client.post(URL, json=recurring(exdates=["2029-06-02T09:00", "2029-06-01T10:00"]),
+                       headers=alice)  # fmt: skip
 
-    assert instant(out["next_run_utc"]) == utc(2029, 6, 1, 13, 0)
+    problem = assert_problem(resp, 422, "exdates[1]")
+    assert "2029-06-01T10:00" in problem["detail"]
+    assert "09:00" in problem["detail"]  # the rule's time that day
+    assert table_counts(db) == before
 
 
 def test_full_echo_of_a_recurring_reminder(

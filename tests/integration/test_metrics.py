@@ -2,7 +2,8 @@
 and sweeper's counters, the sender's delivery lag and failure classes, the API's request
 metrics, and the workers' /metrics and /healthz port.
 
-Expected values follow the definitions (docs/operations.md "Metrics, alerts and `reminders status`"; docs/design.md,
+Expected values follow the definitions (docs/operations.md "Metrics, alerts and
+`reminders status`"; docs/design.md,
 "Metrics"): next_run_lag = now - the oldest next_run_utc of a due, undelivered (pending or
 claimed) reminder, 0 when none; delivery_lag = sent_at - run_time_utc; and so on.
 """

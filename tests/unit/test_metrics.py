@@ -1,7 +1,8 @@
 """Metrics in pure code: error classes, the provider wrapper, the loop's tick metrics and
 heartbeat, the workers' health verdict, and `reminders status` verdicts and exit codes.
 
-Expected values come from the definitions in docs/operations.md "Metrics, alerts and `reminders status`" and the status command's
+Expected values come from the definitions in docs/operations.md "Metrics, alerts and
+`reminders status`" and the status command's
 documented exit codes (0 OK, 1 something over its threshold, 2 something unreadable).
 """
 
