@@ -1,0 +1,264 @@
+"""Issue 14: RFC 5545 defaults derived from the start, acceptance that never depends on
+machine load, stored rules that never fail later, exclusions that match an occurrence.
+
+Expected values are derived here from RFC 5545 and the calendar, never from the engine:
+
+- §3.3.10: "Information, not contained in the rule, necessary to determine the various
+  recurrence instance start time and dates are derived from the Start Time ("DTSTART")".
+- ISO 8601 week numbering (RFC 5545 §3.3.10 BYWEEKNO, WKST=MO): week 1 is the week with
+  the year's first Thursday. 2013-01-01 is a Tuesday, so week 1 of 2013 is Mon 2012-12-31
+  to Sun 2013-01-06; 2014-01-01 is a Wednesday, so week 1 of 2014 starts Mon 2013-12-30;
+  2015-01-01 is a Thursday, so week 1 of 2015 starts Mon 2014-12-29.
+- §3.3.10: "Recurrence rules may generate recurrence instances with an invalid date (e.g.,
+  February 30) ... Such recurrence instances MUST be ignored": February 29 exists in leap
+  years only (2024, 2028, 2032).
+- §3.8.5.1: EXDATE removes the instance whose start equals it.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from unittest import mock
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reminder_core.domain.recurrence import (
+    Limits,
+    Schedule,
+    compile_schedule,
+    iter_occurrences,
+    next_occurrence,
+    unmatched_exdates,
+)
+from reminder_core.errors import InvalidSchedule
+from tests.unit.test_recurrence_props import PROFILE, cases
+
+UTC_ZONE = ZoneInfo("UTC")
+PARIS = ZoneInfo("Europe/Paris")
+
+
+def first_locals(schedule: Schedule, n: int, zone: ZoneInfo = UTC_ZONE) -> list[datetime]:
+    out = []
+    for occ in iter_occurrences(schedule, zone):
+        out.append(occ.local)
+        if len(out) == n:
+            break
+    return out
+
+
+# --- 1. BYWEEKNO without BYDAY ------------------------------------------------------------
+
+
+def test_yearly_byweekno_without_byday_fires_on_the_starts_weekday() -> None:
+    start = datetime(2013, 1, 8, 0, 0)
+    assert start.strftime("%A") == "Tuesday"
+    schedule = compile_schedule(start, rrule="FREQ=YEARLY;BYWEEKNO=1,2")
+
+    # Tuesday of week 1 of 2013 is 2013-01-01 (before the start); of week 2, 2013-01-08.
+    # Week 1 of 2014 starts Mon 2013-12-30: its Tuesday is 2013-12-31; week 2: 2014-01-07.
+    # Week 1 of 2015 starts Mon 2014-12-29: Tuesday 2014-12-30; week 2: 2015-01-06.
+    assert first_locals(schedule, 5) == [
+        datetime(2013, 1, 8),
+        datetime(2013, 12, 31),
+        datetime(2014, 1, 7),
+        datetime(2014, 12, 30),
+        datetime(2015, 1, 6),
+    ]
+
+
+def test_yearly_byweekno_with_byday_is_unchanged() -> None:
+    # RFC 5545 §3.3.10's own example: "Monday of week number 20 (where the default start
+    # of the week is Monday), forever": DTSTART 19970512T090000 -> 1997-05-12,
+    # 1998-05-11, 1999-05-17.
+    schedule = compile_schedule(datetime(1997, 5, 12, 9), rrule="FREQ=YEARLY;BYWEEKNO=20;BYDAY=MO")
+    assert first_locals(schedule, 3) == [
+        datetime(1997, 5, 12, 9),
+        datetime(1998, 5, 11, 9),
+        datetime(1999, 5, 17, 9),
+    ]
+
+
+# --- 2. YEARLY with BYMONTHDAY and no BYMONTH ---------------------------------------------
+
+
+def test_yearly_bymonthday_without_bymonth_takes_the_starts_month() -> None:
+    schedule = compile_schedule(
+        datetime(2024, 2, 29, 9, 0), rrule="FREQ=YEARLY;BYMONTHDAY=29;COUNT=3", all_day=True
+    )
+    assert first_locals(schedule, 10) == [
+        datetime(2024, 2, 29, 9),
+        datetime(2028, 2, 29, 9),
+        datetime(2032, 2, 29, 9),
+    ]
+
+
+def test_yearly_bymonthday_with_bymonth_is_unchanged() -> None:
+    # RFC 5545 §3.3.10 example "Every year in June and July" reads BYMONTH with DTSTART's
+    # day; with BYMONTHDAY=1 and BYMONTH=1,7 it is January 1 and July 1 each year.
+    schedule = compile_schedule(
+        datetime(2027, 1, 1, 9), rrule="FREQ=YEARLY;BYMONTH=1,7;BYMONTHDAY=1"
+    )
+    assert first_locals(schedule, 3) == [
+        datetime(2027, 1, 1, 9),
+        datetime(2027, 7, 1, 9),
+        datetime(2028, 1, 1, 9),
+    ]
+
+
+# --- 3. Acceptance is deterministic; stored rules never fail later ------------------------
+
+
+def test_the_issues_count_rule_is_accepted() -> None:
+    # FREQ=HOURLY;BYHOUR=12;BYYEARDAY=-366;COUNT=3 from 2012-01-01T12:00: day -366 exists
+    # in leap years only and is January 1, so the 3 occurrences are 2012-01-01,
+    # 2016-01-01 and 2020-01-01 at 12:00. Accepted on any machine.
+    schedule = compile_schedule(
+        datetime(2012, 1, 1, 12), rrule="FREQ=HOURLY;BYHOUR=12;BYYEARDAY=-366;COUNT=3"
+    )
+    assert first_locals(schedule, 10) == [
+        datetime(2012, 1, 1, 12),
+        datetime(2016, 1, 1, 12),
+        datetime(2020, 1, 1, 12),
+    ]
+
+
+class SlowClock:
+    """time.monotonic/perf_counter/time that jump 10 s per reading: a machine so loaded
+    that every wall-clock limit would already be over."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        self.now += 10.0
+        return self.now
+
+
+def verdict(text: str, start: datetime) -> str:
+    try:
+        schedule = compile_schedule(start, rrule=text, limits=Limits(max_iterations=20_000))
+    except InvalidSchedule as exc:
+        return f"refused: {exc}"
+    assert schedule.rule is not None
+    return f"accepted: {schedule.rule.text}"
+
+
+@PROFILE
+@given(case=cases())
+def test_acceptance_is_the_same_on_an_idle_and_an_overloaded_machine(
+    case: tuple[str, ZoneInfo, datetime, str, str],
+) -> None:
+    text, _, start, _, _ = case
+    idle = verdict(text, start)
+    slow = SlowClock()
+    with (
+        mock.patch.object(time, "monotonic", slow),
+        mock.patch.object(time, "perf_counter", slow),
+        mock.patch.object(time, "time", slow),
+    ):
+        loaded = verdict(text, start)
+    assert loaded == idle
+
+
+@PROFILE
+@given(case=cases(), years=st.lists(st.floats(0, 120), min_size=1, max_size=4))
+def test_every_accepted_rule_can_be_advanced_at_any_later_point(
+    case: tuple[str, ZoneInfo, datetime, str, str], years: list[float]
+) -> None:
+    # As the sender does: the stored schedule (accept=False) under today's limits, from
+    # any instant after the start, answers an instant or None, never an error.
+    text, zone, start, nonexistent, ambiguous = case
+    try:
+        compile_schedule(start, rrule=text, limits=Limits(max_iterations=20_000))
+    except InvalidSchedule:
+        return
+    stored = compile_schedule(
+        start,
+        rrule=text,
+        nonexistent=nonexistent,
+        ambiguous=ambiguous,
+        accept=False,  # type: ignore[arg-type]
+    )
+    for y in years:
+        after = (start + timedelta(days=365.25 * y)).replace(tzinfo=UTC)
+        found = next_occurrence(stored, zone, after)
+        assert found is None or found > after
+
+
+def test_a_stored_rule_is_not_refused_when_the_limits_tighten() -> None:
+    # Accepted under the defaults (COUNT=500, spacing 1 day, one exclusion), then the
+    # operator sets MAX_RRULE_COUNT=10, MIN_RECURRENCE_SPACING_S=1 week, MAX_EXDATES=0.
+    start = datetime(2027, 1, 1, 9)
+    compile_schedule(start, rrule="FREQ=DAILY;COUNT=500", exdates=(datetime(2027, 1, 2, 9),))
+    tight = Limits(max_count=10, min_spacing_s=7 * 86400, max_exdates=0)
+    with pytest.raises(InvalidSchedule):
+        compile_schedule(start, rrule="FREQ=DAILY;COUNT=500", limits=tight)
+    stored = compile_schedule(
+        start,
+        rrule="FREQ=DAILY;COUNT=500",
+        exdates=(datetime(2027, 1, 2, 9),),
+        limits=tight,
+        accept=False,
+    )
+    # Daily from Jan 1 at 09:00 UTC without Jan 2: the next after Jan 1 is Jan 3.
+    after = datetime(2027, 1, 1, 9, tzinfo=UTC)
+    assert next_occurrence(stored, UTC_ZONE, after, limits=tight) == datetime(
+        2027, 1, 3, 9, tzinfo=UTC
+    )
+
+
+# --- 5. Exclusions that match no occurrence ----------------------------------------------
+
+
+def test_unmatched_exclusions_are_reported_with_the_rules_times_that_day() -> None:
+    # Weekdays at 08:30 from Tuesday 2026-12-01 in Paris: 2026-12-25 (a Friday) 08:30 is an
+    # instance; 2027-01-05 09:00 is not (that Tuesday it fires at 08:30); Saturday
+    # 2026-12-05 has none.
+    schedule = compile_schedule(
+        datetime(2026, 12, 1, 8, 30),
+        rrule="FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR",
+        exdates=(
+            datetime(2026, 12, 25, 8, 30),
+            datetime(2027, 1, 5, 9),
+            datetime(2026, 12, 5, 8, 30),
+        ),
+    )
+    assert unmatched_exdates(schedule, PARIS) == {
+        datetime(2027, 1, 5, 9): (datetime(2027, 1, 5, 8, 30),),
+        datetime(2026, 12, 5, 8, 30): (),
+    }
+
+
+def test_a_gap_time_dropped_by_skip_still_matches() -> None:
+    # Europe/Paris skips 02:00-02:59 on 2027-03-28 (last Sunday of March). Daily at 02:30
+    # with `skip`: that day's instance is dropped, and excluding it is still meaningful
+    # (it is an instance of the rule), so it is not reported.
+    schedule = compile_schedule(
+        datetime(2027, 3, 20, 2, 30),
+        rrule="FREQ=DAILY",
+        exdates=(datetime(2027, 3, 28, 2, 30),),
+        nonexistent="skip",
+    )
+    assert unmatched_exdates(schedule, PARIS) == {}
+
+
+def test_exclusions_past_count_or_until_or_before_the_start_match_nothing() -> None:
+    start = datetime(2026, 12, 1, 8, 30)
+    # COUNT=3: Dec 1, 2, 3.
+    counted = compile_schedule(
+        start, rrule="FREQ=DAILY;COUNT=3", exdates=(datetime(2026, 12, 4, 8, 30),)
+    )
+    assert datetime(2026, 12, 4, 8, 30) in unmatched_exdates(counted, PARIS)
+    # UNTIL 2026-12-03T07:30Z = 08:30 CET on Dec 3 (inclusive): Dec 3 matches, Dec 4 not.
+    until = compile_schedule(
+        start,
+        rrule="FREQ=DAILY;UNTIL=20261203T073000Z",
+        exdates=(datetime(2026, 12, 3, 8, 30), datetime(2026, 12, 4, 8, 30)),
+    )
+    assert list(unmatched_exdates(until, PARIS)) == [datetime(2026, 12, 4, 8, 30)]
+    before = compile_schedule(start, rrule="FREQ=DAILY", exdates=(datetime(2026, 11, 30, 8, 30),))
+    assert datetime(2026, 11, 30, 8, 30) in unmatched_exdates(before, PARIS)
