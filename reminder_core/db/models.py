@@ -91,6 +91,11 @@ class Reminder(Base):
     suppression_checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+    # For a rule with COUNT: how many instances came before a local time, kept by the
+    # sender when it advances the reminder (recurrence.CountProgress.to_json), so that the
+    # next occurrence costs the same at any age; NULL: count from the start. Cleared by a
+    # schedule change (docs/design.md, "Occurrences").
+    count_progress: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
     __table_args__ = (
         CheckConstraint(_in("status", [s.value for s in ReminderStatus]), name="status"),

@@ -37,7 +37,9 @@ Corrections around python-dateutil:
 Cost does not grow with age: for a rule without COUNT the anchor is the period boundary
 just before the time asked about, with the rule's INTERVAL phase kept, so computing the
 next occurrence of a ten-year-old reminder expands no more than a new one. A rule with
-COUNT must count from its start; COUNT is capped (Limits.max_count) for that reason.
+COUNT must know how many instances came before; given a `CountProgress` (how many were
+counted before a local time, kept by the caller from its previous computation) it
+expands from there instead of from the start, at the same cost at any age.
 
 A schedule is accepted once (`compile_schedule`: syntax, limits, spacing, exclusions) and
 only parsed afterwards (`compile_schedule(..., accept=False)`), so a stored rule keeps
@@ -151,6 +153,52 @@ class Schedule:
     all_day: bool = False
     nonexistent: Nonexistent = "shift"
     ambiguous: Ambiguous = "first"
+
+
+@dataclass(frozen=True, slots=True)
+class CountProgress:
+    """How much of a COUNT rule is used up: `counted` instances (RFC 5545 §3.3.10 counting:
+    a gap time dropped by `skip` is not one) have a local time before `local`, in the zone
+    named `zone`. Valid for the schedule it was computed from only: a change of start,
+    rule or DST policy invalidates it (the caller drops it).
+
+    Attributes:
+        local: naive local candidate time where the count resumes.
+        counted: instances before it.
+        zone: IANA key of the zone the instances were counted in.
+    """
+
+    local: datetime
+    counted: int
+    zone: str
+
+    def to_json(self) -> dict[str, str | int]:
+        """{"local": ISO 8601 naive, "counted": int, "zone": IANA key}."""
+        return {"local": self.local.isoformat(), "counted": self.counted, "zone": self.zone}
+
+    @classmethod
+    def from_json(cls, value: object) -> CountProgress | None:
+        """The progress `to_json` wrote; None for None or anything malformed (the count
+        is then taken from the start, which is always right, only slower)."""
+        if not isinstance(value, dict):
+            return None
+        try:
+            return cls(
+                local=datetime.fromisoformat(str(value["local"])),
+                counted=int(value["counted"]),
+                zone=str(value["zone"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+class _ProgressOut:
+    """Where `iter_occurrences` leaves the latest usable `CountProgress` it passed."""
+
+    __slots__ = ("progress",)
+
+    def __init__(self) -> None:
+        self.progress: CountProgress | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,18 +499,26 @@ def _dateutil_arguments(rule: RecurRule, start: datetime) -> dict[str, Any]:
 
 
 def _local_candidates(
-    schedule: Schedule, target: datetime | None, limits: Limits, budget: _Budget
+    schedule: Schedule,
+    target: datetime | None,
+    limits: Limits,
+    budget: _Budget,
+    resume: datetime | None = None,
 ) -> Iterator[datetime]:
     """Nominal local occurrences >= start (and from about `target`), ascending.
 
     COUNT, UNTIL, EXDATE and zones are applied by the caller; for a rule with COUNT the
-    caller needs every candidate from the start, so `target` is ignored then.
+    caller needs every candidate from the start, so `target` is ignored then, unless the
+    caller knows the count up to `resume` (a local time): candidates then start there.
     """
     start, rule = schedule.start_local, schedule.rule
     if rule is None:
         yield start
         return
-    from_local = start if target is None or rule.count is not None else max(start, target)
+    if rule.count is not None:
+        from_local = max(start, resume) if resume is not None else start
+    else:
+        from_local = start if target is None else max(start, target)
     rule, phase = _as_monthly(_derived(rule, start), start)
     anchor = _anchor(rule, phase, from_local)
     cycles = max(0, (_MAX_YEAR - limits.window_years - anchor.year) // _CYCLE_YEARS)
@@ -487,7 +543,7 @@ def _local_candidates(
             continue  # the same instant from both halves of a mixed BYDAY
         previous = candidate
         local = candidate - back
-        if local >= start:
+        if local >= from_local if rule.count is not None else local >= start:
             yield local
 
 
@@ -512,6 +568,8 @@ def iter_occurrences(
     inclusive: bool = True,
     include_skipped: bool = False,
     limits: Limits = DEFAULT_LIMITS,
+    progress: CountProgress | None = None,
+    progress_out: _ProgressOut | None = None,
 ) -> Iterator[Occurrence]:
     """Occurrences in `zone`, ascending by instant, each instant once.
 
@@ -520,6 +578,10 @@ def iter_occurrences(
             the start.
         include_skipped: also yield occurrences dropped by the `skip` policy (utc None),
             in their place, for previews.
+        progress: for a COUNT rule, the count up to a local time (see `CountProgress`);
+            used when it was counted in `zone` and lies before what `after` needs, else
+            the count starts from the start (same answer, more work).
+        progress_out: receives the latest progress a later call can resume from.
 
     Raises:
         ExpansionLimitExceeded: the rule needs more candidates than `limits` allow.
@@ -531,6 +593,16 @@ def iter_occurrences(
         target = after_utc.astimezone(zone).replace(tzinfo=None) - _anchor_margin(zone)
         # A local time L fires at or before L + 12h (UTC): below this it cannot reach `after`.
         skip_below = (after_utc - _MAX_NEGATIVE_OFFSET).replace(tzinfo=None)
+    counting = rule is not None and rule.count is not None
+    resume = None
+    if (
+        counting
+        and progress is not None
+        and target is not None
+        and progress.zone == zone.key
+        and progress.local <= target
+    ):
+        resume = progress  # every candidate before it fires before `after`
     until = rule.until.value if rule is not None and rule.until is not None else None
     until_date = until if until is not None and not isinstance(until, datetime) else None
     until_utc = until if isinstance(until, datetime) else None
@@ -539,8 +611,11 @@ def iter_occurrences(
     policy = (schedule.nonexistent, schedule.ambiguous)
     heap: list[tuple[datetime, int, Occurrence]] = []
     order = counter()
-    counted = 0
+    counted = resume.counted if resume is not None else 0
     last: datetime | None = None
+    track = progress_out if counting and target is not None else None
+    if track is not None:
+        track.progress = resume  # still right if no candidate passes before `target`
 
     def release(bound: datetime | None) -> Iterator[Occurrence]:
         nonlocal last
@@ -559,7 +634,12 @@ def iter_occurrences(
             last = occ.utc
             yield occ
 
-    for local in _local_candidates(schedule, target, limits, _Budget(limits)):
+    resume_local = resume.local if resume is not None else None
+    for local in _local_candidates(schedule, target, limits, _Budget(limits), resume_local):
+        if track is not None and target is not None and local <= target:
+            # Nothing from here on fires before `after`' >= `after`, so a later call can
+            # resume the count at this candidate.
+            track.progress = CountProgress(local, counted, zone.key)
         if heap:
             # Whatever comes later fires at or after local - 14h (UTC): release what
             # cannot be overtaken any more.
@@ -606,17 +686,53 @@ def next_occurrence(
     *,
     inclusive: bool = False,
     limits: Limits = DEFAULT_LIMITS,
+    progress: CountProgress | None = None,
 ) -> datetime | None:
     """The first instant strictly after `after` (or at it, `inclusive`), aware UTC; None
     when the schedule has no more occurrences (COUNT/UNTIL reached, one-time in the past,
-    or none within the search window).
+    or none within the search window). `progress`: as `iter_occurrences`.
 
     Raises:
         ExpansionLimitExceeded: the rule needs more candidates than `limits` allow.
     """
-    for occ in iter_occurrences(schedule, zone, after=after, inclusive=inclusive, limits=limits):
-        return occ.utc
-    return None
+    return next_occurrence_and_progress(
+        schedule, zone, after, inclusive=inclusive, limits=limits, progress=progress
+    )[0]
+
+
+def next_occurrence_and_progress(
+    schedule: Schedule,
+    zone: ZoneInfo,
+    after: datetime,
+    *,
+    inclusive: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+    progress: CountProgress | None = None,
+) -> tuple[datetime | None, CountProgress | None]:
+    """`next_occurrence`, and for a COUNT rule the progress to keep for the next call
+    (None for other rules, or when nothing usable was passed): with it, the next
+    computation costs the same at any age of the reminder (issue 14).
+
+    Returns:
+        (aware UTC instant or None, progress or None).
+
+    Raises:
+        ExpansionLimitExceeded: the rule needs more candidates than `limits` allow.
+    """
+    out = _ProgressOut()
+    found = None
+    for occ in iter_occurrences(
+        schedule,
+        zone,
+        after=after,
+        inclusive=inclusive,
+        limits=limits,
+        progress=progress,
+        progress_out=out,
+    ):
+        found = occ.utc
+        break
+    return found, out.progress
 
 
 def occurrences_between(
@@ -699,6 +815,7 @@ def preview(
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "CountProgress",
     "ExpansionLimitExceeded",
     "Limits",
     "Occurrence",
@@ -706,6 +823,7 @@ __all__ = [
     "compile_schedule",
     "iter_occurrences",
     "next_occurrence",
+    "next_occurrence_and_progress",
     "occurrences_between",
     "preview",
     "unmatched_exdates",

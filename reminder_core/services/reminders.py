@@ -23,7 +23,10 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection
 
-from reminder_core.domain.recurrence import next_occurrence
+from reminder_core.domain.recurrence import (
+    CountProgress,
+    next_occurrence_and_progress,
+)
 from reminder_core.domain.states import CANCELLABLE, ReminderStatus
 from reminder_core.errors import Conflict, InvalidSchedule, NotFound
 from reminder_core.scheduling import (
@@ -221,6 +224,7 @@ def update(
             dst_ambiguous=content.schedule.ambiguous,
             timezone=content.timezone,
             next_run_utc=next_run,
+            count_progress=None,  # counted under the old schedule (and maybe zone)
         )
         if locked.status != ReminderStatus.PAUSED:
             changed = dataclasses.replace(
@@ -279,16 +283,18 @@ def resume(
     resumed = dataclasses.replace(locked, status=ReminderStatus.PENDING)
     if locked.rrule is not None:
         in_zone = zone(locked.timezone)
-        found = next_occurrence(
+        found, progress = next_occurrence_and_progress(
             schedule_of(stored_of(locked), config),
             in_zone,
             now,
             inclusive=True,
             limits=config.limits,
+            progress=locked.count_progress,
         )
         resumed = dataclasses.replace(
             resumed,
             next_run_utc=found,
+            count_progress=progress,
             status=ReminderStatus.PENDING if found else ReminderStatus.COMPLETED,
         )
     return _write(conn, _without_suppression(resumed), now)
@@ -377,12 +383,22 @@ class Advance:
     error: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """Where a reminder goes after an occurrence: its status, next_run_utc (aware UTC;
+    None: none left), last_error, and for a COUNT rule the count progress to keep."""
+
+    status: ReminderStatus
+    next_run_utc: datetime | None
+    last_error: str | None
+    count_progress: CountProgress | None
+
+
 def decide_advance(
     current: ReminderToAdvance, advance: Advance, config: ScheduleConfig
-) -> tuple[ReminderStatus, datetime | None, str | None] | None:
-    """Where a reminder goes after `advance`: (status, next_run_utc, last_error), or None
-    when a user change (cancel, pause, reschedule) already moved it (docs/design.md,
-    "A cancel or change wins").
+) -> Decided | None:
+    """Where a reminder goes after `advance`, or None when a user change (cancel, pause,
+    reschedule) already moved it (docs/design.md, "A cancel or change wins").
 
     Args:
         current: the reminder as locked now (`reminders.lock_many_for_advance`).
@@ -397,17 +413,19 @@ def decide_advance(
     ):
         return None
     next_run: datetime | None = None
+    progress: CountProgress | None = None
     broken: str | None = None  # the schedule itself cannot be computed any more
     if current.rrule is not None:
         if advance.zone is None:
             broken = "cannot compute the next occurrence: no time zone is known"
         else:
             try:
-                next_run = next_occurrence(
+                next_run, progress = next_occurrence_and_progress(
                     schedule_of(stored_of(current), config),
                     advance.zone,
                     advance.after,
                     limits=config.limits,
+                    progress=current.count_progress,
                 )
             except InvalidSchedule as exc:
                 broken = f"cannot compute the next occurrence: {exc}"
@@ -417,7 +435,7 @@ def decide_advance(
         status = ReminderStatus.FAILED
     else:
         status = ReminderStatus.COMPLETED  # one-time sent, or the rule has ended
-    return status, next_run, broken or advance.error
+    return Decided(status, next_run, broken or advance.error, progress)
 
 
 def advance(
@@ -469,7 +487,7 @@ def advance_many(
         return {}
     ids = sorted({a.reminder_id for a in advances})
     rows = {r.id: r for r in store.lock_many_for_advance(conn, ids)}
-    final: dict[uuid.UUID, tuple[datetime, ReminderStatus, datetime | None, str | None]] = {}
+    final: dict[uuid.UUID, tuple[datetime, Decided]] = {}
     for advance in advances:
         current = rows.get(advance.reminder_id)
         if current is None:
@@ -477,30 +495,32 @@ def advance_many(
         decided = decide_advance(current, advance, config)
         if decided is None:
             continue
-        status, next_run, last_error = decided
         first = final.get(advance.reminder_id)
-        final[advance.reminder_id] = (
-            first[0] if first else advance.occurrence_utc,
-            status,
-            next_run,
-            last_error,
-        )
+        final[advance.reminder_id] = (first[0] if first else advance.occurrence_utc, decided)
         if len(ids) < len(advances):  # maybe named again: the next entry sees this one
             rows[advance.reminder_id] = dataclasses.replace(
-                current, status=status, next_run_utc=next_run
+                current,
+                status=decided.status,
+                next_run_utc=decided.next_run_utc,
+                count_progress=decided.count_progress,
             )
     if final:
         store.advance_many(
             conn,
             [
                 ReminderAdvance(
-                    id=k, run_time_utc=v[0], status=v[1], next_run_utc=v[2], last_error=v[3]
+                    id=k,
+                    run_time_utc=run_time,
+                    status=d.status,
+                    next_run_utc=d.next_run_utc,
+                    last_error=d.last_error,
+                    count_progress=d.count_progress,
                 )
-                for k, v in final.items()
+                for k, (run_time, d) in final.items()
             ],
             now=now,
         )
-    return {k: v[1] for k, v in final.items()}
+    return {k: d.status for k, (_, d) in final.items()}
 
 
 # --- Suppression list: pause, refuse at send, resume ---------------------------------------------

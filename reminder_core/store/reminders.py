@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, CursorResult
 
 from reminder_core.domain.localtime import Ambiguous, Nonexistent
 from reminder_core.domain.misfire import MisfirePolicy
+from reminder_core.domain.recurrence import CountProgress
 from reminder_core.domain.states import ReminderStatus
 from reminder_core.store._statements import id_array, json_rows, query, records
 from reminder_core.store.outbox import OutboxRow
@@ -58,6 +60,7 @@ class ReminderRecord:
     suppression_checked_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    count_progress: CountProgress | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,13 @@ _AFTER_EVERY_ROW = (datetime.max.replace(tzinfo=UTC), uuid.UUID(int=(1 << 128) -
 def _reminders(result: CursorResult[Any]) -> list[ReminderRecord]:
     """The records of a `SELECT *` / `RETURNING *` result of `reminders` (a column a
     migration added without its field fails loudly: see `records`)."""
-    return records(ReminderRecord, result, exdates=tuple, status=ReminderStatus)
+    return records(
+        ReminderRecord,
+        result,
+        exdates=tuple,
+        status=ReminderStatus,
+        count_progress=CountProgress.from_json,
+    )
 
 
 def _binds(record: NewReminder | ReminderRecord, **extra: object) -> dict[str, object]:
@@ -101,8 +110,15 @@ def _binds(record: NewReminder | ReminderRecord, **extra: object) -> dict[str, o
     psycopg sends as an array), and `extra`; a statement reads those it names."""
     binds = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     binds["exdates"] = list(record.exdates)
+    if isinstance(record, ReminderRecord):
+        binds["count_progress"] = _progress_json(record.count_progress)
     binds.update(extra)
     return binds
+
+
+def _progress_json(progress: CountProgress | None) -> str | None:
+    """`count_progress` as JSON text for `CAST(:count_progress AS jsonb)`."""
+    return orjson.dumps(progress.to_json()).decode() if progress is not None else None
 
 
 def _one(result: CursorResult[Any]) -> ReminderRecord | None:
@@ -329,19 +345,22 @@ class ReminderToAdvance:
     exdates: Sequence[datetime]
     dst_nonexistent: Nonexistent
     dst_ambiguous: Ambiguous
+    count_progress: CountProgress | None
 
 
 @dataclass(frozen=True, slots=True)
 class ReminderAdvance:
     """One reminder to move on (`advance_many`): from the occurrence `run_time_utc` (aware
-    UTC) to `status` with `next_run_utc` (aware UTC; None when there is none) and
-    `last_error` (None clears it)."""
+    UTC) to `status` with `next_run_utc` (aware UTC; None when there is none),
+    `last_error` (None clears it) and, for a COUNT rule, the count progress to keep (None:
+    count from the start next time)."""
 
     id: uuid.UUID
     run_time_utc: datetime
     status: ReminderStatus
     next_run_utc: datetime | None
     last_error: str | None
+    count_progress: CountProgress | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,7 +385,9 @@ def lock_many_for_advance(conn: Connection, ids: Iterable[uuid.UUID]) -> list[Re
     caller's transaction ends, so that the next occurrence is computed from the current
     schedule (`reminder_lock_many_for_advance`)."""
     rows = conn.execute(query("reminder_lock_many_for_advance"), {"ids": id_array(ids)})
-    return records(ReminderToAdvance, rows, status=ReminderStatus)
+    return records(
+        ReminderToAdvance, rows, status=ReminderStatus, count_progress=CountProgress.from_json
+    )
 
 
 def advance_many(conn: Connection, advances: Sequence[ReminderAdvance], *, now: datetime) -> None:
@@ -384,6 +405,7 @@ def advance_many(conn: Connection, advances: Sequence[ReminderAdvance], *, now: 
                     "status": a.status.value,
                     "next_run_utc": a.next_run_utc,
                     "last_error": a.last_error,
+                    "count_progress": a.count_progress.to_json() if a.count_progress else None,
                 }
                 for a in advances
             ),

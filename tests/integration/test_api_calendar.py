@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from reminder_core.settings import Settings
 from tests.conftest import table_counts, utc
@@ -248,3 +248,29 @@ def test_a_trailing_semicolon_is_accepted(client: TestClient, alice: dict[str, s
                        headers=alice)  # fmt: skip
     assert resp.status_code == 201, resp.text
     assert resp.json()["rrule"] == "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR"
+
+
+def test_a_schedule_change_drops_the_count_progress(
+    client: TestClient, db: Engine, alice: dict[str, str]
+) -> None:
+    # The progress counts instances of the old rule (recurrence.CountProgress): after a
+    # PATCH of the rule it would count the wrong ones, so it is cleared.
+    body = {**STANDUP, "rrule": "FREQ=DAILY;COUNT=10", "exdates": []}
+    reminder = client.post(URL, json=body, headers=alice).json()
+    kept = '{"local": "2026-12-01T08:30:00", "counted": 0, "zone": "Europe/Paris"}'
+    with db.begin() as conn:
+        conn.execute(
+            text("UPDATE reminders SET count_progress = CAST(:p AS jsonb) WHERE id = :id"),
+            {"p": kept, "id": reminder["id"]},
+        )
+
+    resp = client.patch(
+        f"{URL}/{reminder['id']}", json={"rrule": "FREQ=DAILY;COUNT=5"}, headers=alice
+    )
+
+    assert resp.status_code == 200, resp.text
+    with db.connect() as conn:
+        stored = conn.execute(
+            text("SELECT count_progress FROM reminders WHERE id = :id"), {"id": reminder["id"]}
+        ).scalar_one()
+    assert stored is None

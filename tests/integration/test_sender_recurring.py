@@ -120,6 +120,53 @@ def test_count_exhausted_completes(db, queue, settings, provider) -> None:
     assert reminder(db, rid) == ("completed", None)
 
 
+def count_progress(db: Engine, rid: str) -> object:
+    with db.connect() as conn:
+        return conn.execute(
+            text("SELECT count_progress FROM reminders WHERE id = :id"), {"id": rid}
+        ).scalar_one()
+
+
+def test_the_sender_keeps_the_count_progress_and_the_count_still_ends_on_time(
+    db, queue, settings, provider
+) -> None:
+    # Issue 14, item 4: the sender stores how much of COUNT is used up, so the next
+    # advance need not count from the start. COUNT=3 daily from 2030-01-01 09:00 UTC is
+    # Jan 1, 2, 3 (RFC 5545 §3.3.10), then nothing.
+    rid = insert(db, start_local="2030-01-01T09:00", rrule="FREQ=DAILY;COUNT=3",
+                 timezone="UTC", next_run=z(2030, 1, 1, 9))  # fmt: skip
+    assert count_progress(db, rid) is None
+    tick(db, queue, settings, provider, z(2030, 1, 1, 9))
+    assert reminder(db, rid) == ("pending", z(2030, 1, 2, 9))
+    tick(db, queue, settings, provider, z(2030, 1, 2, 9))
+    assert reminder(db, rid) == ("pending", z(2030, 1, 3, 9))
+    # From the second advance on, an instance lies a zone's offset spread before the time
+    # asked about: the count can resume there, and is kept.
+    kept = count_progress(db, rid)
+    assert isinstance(kept, dict)
+    assert kept["zone"] == "UTC"
+    tick(db, queue, settings, provider, z(2030, 1, 3, 9))
+    assert reminder(db, rid) == ("completed", None)
+    assert [status for _, status in deliveries(db, rid)] == ["sent", "sent", "sent"]
+
+
+def test_the_sender_counts_from_the_stored_progress(db, queue, settings, provider) -> None:
+    # The stored progress is what the next advance counts from (recurrence.CountProgress:
+    # `counted` instances before `local`). Told that 2 instances came before 2030-01-01
+    # 12:00, the sender takes Jan 2 09:00 as the third and last of COUNT=3: after sending
+    # it the reminder is complete (counted from the start it would go on to Jan 3).
+    rid = insert(db, start_local="2030-01-01T09:00", rrule="FREQ=DAILY;COUNT=3",
+                 timezone="UTC", next_run=z(2030, 1, 2, 9))  # fmt: skip
+    with db.begin() as conn:
+        conn.execute(
+            text("UPDATE reminders SET count_progress = CAST(:p AS jsonb) WHERE id = :id"),
+            {"p": json.dumps({"local": "2030-01-01T12:00:00", "counted": 2, "zone": "UTC"}),
+             "id": rid},
+        )  # fmt: skip
+    tick(db, queue, settings, provider, z(2030, 1, 2, 9))
+    assert reminder(db, rid) == ("completed", None)
+
+
 def test_latest_after_downtime_sends_one_email_and_records_the_rest_missed(
     db, queue, settings, provider
 ) -> None:

@@ -27,11 +27,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reminder_core.domain.recurrence import (
+    CountProgress,
     Limits,
     Schedule,
     compile_schedule,
     iter_occurrences,
     next_occurrence,
+    next_occurrence_and_progress,
     unmatched_exdates,
 )
 from reminder_core.errors import InvalidSchedule
@@ -262,3 +264,55 @@ def test_exclusions_past_count_or_until_or_before_the_start_match_nothing() -> N
     assert list(unmatched_exdates(until, PARIS)) == [datetime(2026, 12, 4, 8, 30)]
     before = compile_schedule(start, rrule="FREQ=DAILY", exdates=(datetime(2026, 11, 30, 8, 30),))
     assert datetime(2026, 11, 30, 8, 30) in unmatched_exdates(before, PARIS)
+
+
+# --- 4. COUNT rules at constant cost: the progress a sender keeps -------------------------
+
+
+@PROFILE
+@given(case=cases(), gaps=st.lists(st.integers(0, 3 * 86400), min_size=1, max_size=30))
+def test_advancing_with_the_kept_progress_equals_counting_from_the_start(
+    case: tuple[str, ZoneInfo, datetime, str, str], gaps: list[int]
+) -> None:
+    # The sender's walk: from one occurrence (or some seconds past it) to the next, each
+    # time with the progress the previous step returned. The oracle is the same question
+    # asked without progress, which counts every instance from the start (RFC 5545
+    # §3.3.10 COUNT).
+    text, zone, start, nonexistent, ambiguous = case
+    try:
+        compile_schedule(start, rrule=text, limits=Limits(max_iterations=20_000))
+    except InvalidSchedule:
+        return
+    schedule = compile_schedule(
+        start,
+        rrule=text,
+        nonexistent=nonexistent,
+        ambiguous=ambiguous,
+        accept=False,  # type: ignore[arg-type]
+    )
+    after = start.replace(tzinfo=UTC) - timedelta(days=2)
+    progress = None
+    for gap in gaps:
+        expected = next_occurrence(schedule, zone, after)
+        got, progress = next_occurrence_and_progress(schedule, zone, after, progress=progress)
+        assert got == expected, (after, progress)
+        if got is None:
+            break
+        after = got + timedelta(seconds=gap % 7200 if gap % 3 else 0)
+
+
+def test_progress_from_another_zone_is_not_used() -> None:
+    # Counted in Paris, asked in New York: the count restarts from the start (COUNT=3
+    # daily from 2027-01-01 09:00: Jan 1, 2, 3; none after Jan 3).
+    schedule = compile_schedule(datetime(2027, 1, 1, 9), rrule="FREQ=DAILY;COUNT=3", accept=False)
+    wrong = CountProgress(datetime(2027, 1, 1, 9), counted=0, zone="Europe/Paris")
+    ny = ZoneInfo("America/New_York")
+    after = datetime(2027, 1, 3, 15, tzinfo=UTC)  # 10:00 EST on Jan 3: past the last one
+    assert next_occurrence(schedule, ny, after, progress=wrong) is None
+
+
+def test_progress_round_trips_through_json_and_refuses_garbage() -> None:
+    kept = CountProgress(datetime(2027, 1, 1, 9, 30), counted=12, zone="Europe/Paris")
+    assert CountProgress.from_json(kept.to_json()) == kept
+    for garbage in (None, [], {"local": "x", "counted": 1, "zone": "UTC"}, {"counted": 1}):
+        assert CountProgress.from_json(garbage) is None

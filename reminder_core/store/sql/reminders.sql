@@ -68,6 +68,7 @@ SET title = :title,
     paused_reason = :paused_reason,
     suppressed_address = :suppressed_address,
     suppression_checked_at = :suppression_checked_at,
+    count_progress = CAST(:count_progress AS jsonb),
     version = version + 1,
     updated_at = :now
 WHERE id = :id AND version = :version
@@ -149,7 +150,7 @@ WHERE id = ANY(CAST(:ids AS uuid[]));
 -- the send; locked in id order (no deadlock between two senders advancing overlapping
 -- sets).
 SELECT id, user_id, timezone, rrule, status, next_run_utc, start_local, all_day, exdates,
-       dst_nonexistent, dst_ambiguous
+       dst_nonexistent, dst_ambiguous, count_progress
 FROM reminders
 WHERE id = ANY(CAST(:ids AS uuid[]))
 ORDER BY id
@@ -166,10 +167,11 @@ SET status = u.status,
     claimed_by = NULL,
     claimed_at = NULL,
     last_error = u.last_error,
+    count_progress = u.count_progress,
     updated_at = :now
 FROM jsonb_to_recordset(CAST(:rows AS jsonb))
      AS u(id uuid, run_time_utc timestamptz, status text, next_run_utc timestamptz,
-          last_error text)
+          last_error text, count_progress jsonb)
 WHERE r.id = u.id AND r.next_run_utc = u.run_time_utc AND r.status IN ('claimed', 'pending');
 
 -- name: reminder_get_many_send_state
