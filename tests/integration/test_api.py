@@ -764,6 +764,9 @@ BAD_BODIES: list[tuple[str, Any, int, str]] = [
         422,
         "start_local",
     ),
+    # The documented range is 1900-2999 (docs/api.md, "Refusals"): its edges.
+    ("year-3000", {**VALID, "start_local": "3000-01-01T00:00"}, 422, "start_local"),
+    ("year-1899", {**VALID, "start_local": "1899-12-31T23:59"}, 422, "start_local"),
 ]
 
 
