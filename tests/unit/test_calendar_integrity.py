@@ -316,3 +316,22 @@ def test_progress_round_trips_through_json_and_refuses_garbage() -> None:
     assert CountProgress.from_json(kept.to_json()) == kept
     for garbage in (None, [], {"local": "x", "counted": 1, "zone": "UTC"}, {"counted": 1}):
         assert CountProgress.from_json(garbage) is None
+
+
+def test_interval_with_a_straddling_iso_week_follows_the_documented_reading() -> None:
+    # RFC 5545 leaves it undefined; docs/design.md "Rule readings": INTERVAL counts
+    # calendar years and a day of a straddling ISO week belongs to the period of its
+    # calendar year. Periods 2013, 2015, 2017, 2019, 2021 (INTERVAL=2). Mondays of ISO
+    # week 1: 2012-12-31 (week 1 of 2013, a day of 2012: no period), 2013-12-30 (week 1 of
+    # 2014, in 2013: period 2013), 2014-12-29 (week 1 of 2015, in 2014: no period),
+    # 2016-01-04 (2016: no period), 2017-01-02 (period 2017), 2018-01-01 (2018: no),
+    # 2019-12-30 (week 1 of 2020, in 2019: period 2019), 2021-01-04 (period 2021).
+    schedule = compile_schedule(
+        datetime(2013, 1, 1, 9), rrule="FREQ=YEARLY;INTERVAL=2;BYWEEKNO=1;BYDAY=MO"
+    )
+    assert [d.date().isoformat() for d in first_locals(schedule, 4)] == [
+        "2013-12-30",
+        "2017-01-02",
+        "2019-12-30",
+        "2021-01-04",
+    ]
