@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from reminder_core.domain.localtime import MAX_YEAR, MIN_YEAR
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
 
 MAX_TITLE = 200
@@ -191,25 +192,50 @@ class ReminderPatch(Strict):
         return value
 
 
+def parse_instant(value: str) -> datetime:
+    """An ISO 8601 instant with a UTC offset, years 1900-2999 (the range of start_local,
+    docs/api.md "Refusals"); a JSON number is not one (strict types).
+
+    Raises:
+        ValueError: with the reason (pydantic answers it as a 422 naming the field).
+    """
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError("must be an ISO 8601 instant, e.g. 2027-03-01T00:00:00Z") from None
+    if parsed.utcoffset() is None:
+        raise ValueError("must be an instant with a UTC offset, e.g. 2027-03-01T00:00:00Z")
+    if not MIN_YEAR <= parsed.year <= MAX_YEAR:
+        raise ValueError(f"must be within the years {MIN_YEAR} to {MAX_YEAR}")
+    return parsed
+
+
 class PreviewRequest(ScheduleIn):
     """Body of POST /v1/occurrences:preview: a schedule that is not saved."""
 
     limit: int = Field(default=10, ge=1, le=100, description="How many occurrences.")
-    from_: datetime | None = Field(
+    from_: str | None = Field(
         default=None,
         alias="from",
-        strict=False,  # JSON has no datetime type: parsed from its ISO 8601 string
-        description="List the occurrences at or after this instant (ISO 8601 with a UTC "
-        "offset, any date, past or future); omitted: now.",
+        max_length=40,
+        description="List the occurrences at or after this instant: ISO 8601 / RFC 3339 "
+        "with a UTC offset (e.g. 2027-03-01T00:00:00Z), any year from 1900 to 2999, past or "
+        "future; omitted: now.",
         examples=["2027-03-01T00:00:00Z"],
     )
 
     @field_validator("from_")
     @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.utcoffset() is None:
-            raise ValueError("must be an instant with a UTC offset, e.g. 2027-03-01T00:00:00Z")
+    def _instant(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parse_instant(value)
         return value
+
+    @property
+    def from_utc(self) -> datetime | None:
+        """`from` as an aware UTC datetime (validated), or None."""
+        return parse_instant(self.from_).astimezone(UTC) if self.from_ is not None else None
 
 
 class ReminderOut(BaseModel):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
@@ -35,6 +34,6 @@ def preview_occurrences(
     )
     zone = zone_of(ctx, user_id, payload.timezone)
     config = ctx.schedule_config
-    after = payload.from_.astimezone(UTC) if payload.from_ is not None else ctx.clock()
+    after = payload.from_utc or ctx.clock()
     schedule, _ = accepted_schedule(stored, zone, after, config)  # refused as a create would be
     return occurrence_list(schedule, zone, after, payload.limit, config)

@@ -207,8 +207,26 @@ def test_preview_from_the_past(client: TestClient, alice: dict[str, str]) -> Non
     ]
 
 
-def test_preview_from_must_carry_an_offset(client: TestClient, alice: dict[str, str]) -> None:
-    body = {**SCHEDULE, "from": "2027-03-25T00:00:00"}
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2027-03-25T00:00:00",  # no offset: not an instant
+        "2027-03-25",
+        # Found by the break-it trial: the ends of the datetime range overflowed into a
+        # 500, and numbers were read as Unix timestamps.
+        "9999-12-31T23:59:59Z",
+        "0001-01-01T00:00:00Z",
+        "9999-12-31T22:59:59-02:00",
+        20300601,
+        1.9e9,
+        "1900000000",
+        True,
+    ],
+)
+def test_preview_from_must_be_an_instant_in_range(
+    client: TestClient, alice: dict[str, str], value: object
+) -> None:
+    body = {**SCHEDULE, "from": value}
     problem_of(client.post(PREVIEW, json=body, headers=alice), 422, "from")
 
 
