@@ -258,8 +258,9 @@ def first_run(
     if found is None:
         raise InvalidSchedule(
             "rrule",
-            f"has no occurrence at or after now in {zone.key} (it ended, every occurrence is "
-            "excluded, or none falls within the next 100 years)",
+            f"has no occurrence at or after {now:%Y-%m-%dT%H:%M:%SZ} in {zone.key} (it ended, "
+            "every occurrence is excluded, or none falls within the search window of at "
+            f"least {config.limits.window_years} years)",
         )
     return found
 

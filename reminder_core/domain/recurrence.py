@@ -336,7 +336,8 @@ def _check_spacing(schedule: Schedule, limits: Limits) -> None:
         raise InvalidSchedule(
             "rrule",
             f"has no occurrence from its start {schedule.start_local:%Y-%m-%dT%H:%M:%S} on "
-            f"(none within {limits.window_years} years, or UNTIL is before the start)",
+            f"(none within the search window of at least {limits.window_years} years, or "
+            "UNTIL is before the start)",
         )
 
 
@@ -443,6 +444,38 @@ def _as_monthly(rule: RecurRule, start: datetime) -> tuple[RecurRule, datetime]:
     return rule, start
 
 
+_ALL_MONTHS = tuple(range(1, 13))
+
+
+@lru_cache(maxsize=4096)
+def _weeks_apart(rule: RecurRule) -> tuple[RecurRule, frozenset[int] | None]:
+    """A BYWEEKNO rule as the same rule without BYWEEKNO over every month, and the week
+    numbers to keep; other rules unchanged, with None.
+
+    python-dateutil 2.9 numbers the first days of some years wrongly: it takes the length
+    of the previous year from the current one (dateutil PR #1537, open), so January 1-2 of
+    2022 fell in a week 53 that 2021 does not have and BYWEEKNO=52 missed them. The days
+    are expanded without BYWEEKNO and kept by their RFC 5545 week number (`_week_number`)
+    instead. BYSETPOS with BYWEEKNO is refused (rrule.py): it would pick among the days
+    before this filter.
+    """
+    if rule.byweekno is None:
+        return rule, None
+    return replace(rule, byweekno=None, bymonth=rule.bymonth or _ALL_MONTHS), frozenset(
+        rule.byweekno
+    )
+
+
+def _week_number(day: date, wkst: int) -> int:
+    """RFC 5545 §3.3.10 week number of `day` for weeks starting on `wkst` (0 = Monday):
+    week 1 is the first week with at least four days in the calendar year, so it is the
+    week holding January 4; a week belongs to the year holding its fourth day (ISO 8601
+    for WKST=MO). 1..53."""
+    start = _week_start(day, wkst)
+    year = (start + timedelta(days=3)).year
+    return (start - _week_start(date(year, 1, 4), wkst)).days // 7 + 1
+
+
 def _week_start(day: date, wkst: int) -> date:
     return day - timedelta(days=(day.weekday() - wkst) % 7)
 
@@ -519,7 +552,9 @@ def _local_candidates(
         from_local = max(start, resume) if resume is not None else start
     else:
         from_local = start if target is None else max(start, target)
-    rule, phase = _as_monthly(_derived(rule, start), start)
+    rule, weeks = _weeks_apart(_derived(rule, start))
+    wkst = rule.wkst
+    rule, phase = _as_monthly(rule, start)
     anchor = _anchor(rule, phase, from_local)
     cycles = max(0, (_MAX_YEAR - limits.window_years - anchor.year) // _CYCLE_YEARS)
     shifted = anchor.replace(year=anchor.year + cycles * _CYCLE_YEARS)
@@ -543,6 +578,8 @@ def _local_candidates(
             continue  # the same instant from both halves of a mixed BYDAY
         previous = candidate
         local = candidate - back
+        if weeks is not None and _week_number(local.date(), wkst) not in weeks:
+            continue
         if local >= from_local if rule.count is not None else local >= start:
             yield local
 

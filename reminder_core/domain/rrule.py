@@ -193,6 +193,10 @@ def parse_rrule(text: str, *, all_day: bool, max_count: int) -> RecurRule:
                 "BYSETPOS with BYDAY mixing numbered (1MO) and plain (MO) days is not "
                 "supported; write the days one way",
             )
+    if bysetpos is not None and byweekno is not None:
+        raise InvalidSchedule(
+            FIELD, "BYSETPOS with BYWEEKNO is not supported; pick the days with BYDAY instead"
+        )
     if bysetpos is not None and all(
         p is None
         for p in (bymonth, byweekno, byyearday, bymonthday, byday, byhour, byminute, bysecond)

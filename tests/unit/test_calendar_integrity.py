@@ -335,3 +335,63 @@ def test_interval_with_a_straddling_iso_week_follows_the_documented_reading() ->
         "2019-12-30",
         "2021-01-04",
     ]
+
+
+def iso_oracle(start: datetime, weeks: set[int], weekdays: set[int], n: int) -> list[datetime]:
+    """Days from `start` whose ISO 8601 week (Python's date.isocalendar, independent of
+    the engine) is in `weeks` and weekday in `weekdays`, at the start's time."""
+    out, day = [], start
+    while len(out) < n:
+        if day.isocalendar()[1] in weeks and day.weekday() in weekdays:
+            out.append(day)
+        day += timedelta(days=1)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("start", "rule", "weeks", "weekdays"),
+    [
+        # The break-it trial: January 1-2 of 2022 are ISO week 52 of 2021, which has no
+        # week 53; python-dateutil 2.9 put them in week 53 (dateutil PR #1537).
+        (datetime(2021, 1, 3, 9), "FREQ=YEARLY;BYWEEKNO=53", {53}, {6}),
+        (datetime(2021, 1, 3, 9), "FREQ=YEARLY;BYWEEKNO=52", {52}, {6}),
+        (
+            datetime(2021, 12, 31, 9),
+            "FREQ=YEARLY;BYWEEKNO=52,53;BYDAY=FR,SA,SU",
+            {52, 53},
+            {4, 5, 6},
+        ),
+        (datetime(2038, 12, 1, 9), "FREQ=YEARLY;BYWEEKNO=1,52,53;BYDAY=SA,SU", {1, 52, 53}, {5, 6}),
+        (datetime(2015, 6, 1, 9), "FREQ=YEARLY;BYWEEKNO=53;BYMONTH=1;BYDAY=FR", {53}, {4}),
+    ],
+)
+def test_byweekno_matches_iso_8601_week_numbers(
+    start: datetime, rule: str, weeks: set[int], weekdays: set[int]
+) -> None:
+    schedule = compile_schedule(start, rrule=rule)
+    expected = iso_oracle(start, weeks, weekdays, 12)
+    if "BYMONTH=1" in rule:
+        expected = [d for d in iso_oracle(start, weeks, weekdays, 60) if d.month == 1][:12]
+    assert first_locals(schedule, 12) == expected
+
+
+def test_byweekno_with_wkst_sunday_numbers_weeks_from_sunday() -> None:
+    # WKST=SU: 2027-01-01 (a Friday) is in the week Sun 2026-12-27 - Sat 2027-01-02, whose
+    # fourth day (Wed 2026-12-30) is in 2026; week 1 of 2026 is the week of January 4
+    # (itself a Sunday), and Dec 27 is 51 weeks later: week 52 of 2026, not 53.
+    week_52 = compile_schedule(
+        datetime(2026, 6, 1, 9), rrule="FREQ=YEARLY;BYWEEKNO=52;WKST=SU;BYDAY=FR"
+    )
+    assert first_locals(week_52, 1) == [datetime(2027, 1, 1, 9)]
+    week_53 = compile_schedule(
+        datetime(2026, 6, 1, 9), rrule="FREQ=YEARLY;BYWEEKNO=53;WKST=SU;BYDAY=FR"
+    )
+    assert datetime(2027, 1, 1, 9) not in first_locals(week_53, 3)
+
+
+def test_bysetpos_with_byweekno_is_refused() -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        compile_schedule(
+            datetime(2027, 1, 4, 9), rrule="FREQ=YEARLY;BYWEEKNO=1;BYDAY=MO,TU;BYSETPOS=1"
+        )
+    assert "BYSETPOS with BYWEEKNO" in caught.value.reason
