@@ -444,26 +444,27 @@ def _as_monthly(rule: RecurRule, start: datetime) -> tuple[RecurRule, datetime]:
     return rule, start
 
 
-_ALL_MONTHS = tuple(range(1, 13))
-
-
 @lru_cache(maxsize=4096)
 def _weeks_apart(rule: RecurRule) -> tuple[RecurRule, frozenset[int] | None]:
-    """A BYWEEKNO rule as the same rule without BYWEEKNO over every month, and the week
-    numbers to keep; other rules unchanged, with None.
+    """A BYWEEKNO rule as the rule python-dateutil is given, and the week numbers to keep
+    (None: no BYWEEKNO, nothing to filter).
 
-    python-dateutil 2.9 numbers the first days of some years wrongly: it takes the length
-    of the previous year from the current one (dateutil PR #1537, open), so January 1-2 of
-    2022 fell in a week 53 that 2021 does not have and BYWEEKNO=52 missed them. The days
-    are expanded without BYWEEKNO and kept by their RFC 5545 week number (`_week_number`)
-    instead. BYSETPOS with BYWEEKNO is refused (rrule.py): it would pick among the days
-    before this filter.
+    python-dateutil 2.9 numbers the first days of some years wrongly: for the days before
+    week 1 it takes the length of the previous year from the current one (dateutil PR
+    #1537, open), so it calls them week 53 where the previous year has 52 weeks, or 52
+    where it has 53 (January 1-2 of 2022 fell in a week 53 that 2021 does not have, and
+    BYWEEKNO=52 missed them). It is given both 52 and 53 when the rule names either, and
+    every day it yields is kept by its RFC 5545 week number (`_week_number`): at most one
+    more week per year to look at, never a whole year (a week filter over every day would
+    spend the candidate budget). BYSETPOS with BYWEEKNO is refused (rrule.py): it would
+    pick among the days before this filter.
     """
     if rule.byweekno is None:
         return rule, None
-    return replace(rule, byweekno=None, bymonth=rule.bymonth or _ALL_MONTHS), frozenset(
-        rule.byweekno
-    )
+    weeks = frozenset(rule.byweekno)
+    if weeks & {52, 53}:
+        rule = replace(rule, byweekno=tuple(sorted(weeks | {52, 53})))
+    return rule, weeks
 
 
 def _week_number(day: date, wkst: int) -> int:

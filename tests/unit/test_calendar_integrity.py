@@ -395,3 +395,20 @@ def test_bysetpos_with_byweekno_is_refused() -> None:
             datetime(2027, 1, 4, 9), rrule="FREQ=YEARLY;BYWEEKNO=1;BYDAY=MO,TU;BYSETPOS=1"
         )
     assert "BYSETPOS with BYWEEKNO" in caught.value.reason
+
+
+def test_a_dense_byweekno_count_rule_can_be_advanced_without_progress() -> None:
+    # The re-verification trial: every hour of the Monday of ISO week 53 (the start's
+    # weekday), COUNT=1000, from Monday 2026-12-28, counted from the start (no progress,
+    # as for a reminder created before migration 0006) ran out of candidates in 2105.
+    # Oracle: the next Monday after 2105-12-28 whose ISO week (date.isocalendar) is 53.
+    hours = ",".join(map(str, range(24)))
+    start = datetime(2026, 12, 28, 0)
+    schedule = compile_schedule(
+        start, rrule=f"FREQ=YEARLY;BYWEEKNO=53;BYHOUR={hours};COUNT=1000", accept=False
+    )
+    day = datetime(2105, 12, 29)
+    while not (day.weekday() == 0 and day.isocalendar()[1] == 53):
+        day += timedelta(days=1)
+    after = datetime(2105, 12, 28, 23, tzinfo=UTC)
+    assert next_occurrence(schedule, UTC_ZONE, after) == day.replace(tzinfo=UTC)
