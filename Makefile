@@ -9,10 +9,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: dev test lint typecheck bench clean install
 
+# uv (a PyPI package) resolves and installs the same set as pip in a fraction of the time
+# (issue 15: 7.5 s against 90-283 s with pip on a fresh clone); pip only installs uv.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
