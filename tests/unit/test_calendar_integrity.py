@@ -52,80 +52,75 @@ def first_locals(schedule: Schedule, n: int, zone: ZoneInfo = UTC_ZONE) -> list[
     return out
 
 
-# --- 1. BYWEEKNO without BYDAY ------------------------------------------------------------
+# --- 1, 2 and the issue's COUNT rule: expansions derived by hand ---------------------------
+
+EXPANSIONS = [
+    pytest.param(
+        # Tuesday 2013-01-08. Tuesday of week 1 of 2013 is 2013-01-01 (before the start);
+        # of week 2, 2013-01-08. Week 1 of 2014 starts Mon 2013-12-30: its Tuesday is
+        # 2013-12-31; week 2: 2014-01-07. Week 1 of 2015 starts Mon 2014-12-29: Tuesday
+        # 2014-12-30; week 2: 2015-01-06.
+        datetime(2013, 1, 8), "FREQ=YEARLY;BYWEEKNO=1,2", False,
+        ["2013-01-08", "2013-12-31", "2014-01-07", "2014-12-30", "2015-01-06"],
+        id="byweekno-without-byday-takes-the-starts-weekday",
+    ),
+    pytest.param(
+        # RFC 5545 §3.3.10's own example: "Monday of week number 20 (where the default
+        # start of the week is Monday), forever": DTSTART 19970512T090000 -> 1997-05-12,
+        # 1998-05-11, 1999-05-17.
+        datetime(1997, 5, 12, 9), "FREQ=YEARLY;BYWEEKNO=20;BYDAY=MO", False,
+        ["1997-05-12", "1998-05-11", "1999-05-17"],
+        id="byweekno-with-byday-unchanged",
+    ),
+    pytest.param(
+        # February 29 exists in leap years only.
+        datetime(2024, 2, 29, 9), "FREQ=YEARLY;BYMONTHDAY=29;COUNT=3", True,
+        ["2024-02-29", "2028-02-29", "2032-02-29"],
+        id="bymonthday-without-bymonth-takes-the-starts-month",
+    ),
+    pytest.param(
+        # RFC 5545 §3.3.10 example "Every year in June and July" reads BYMONTH with
+        # DTSTART's day; with BYMONTHDAY=1 and BYMONTH=1,7: January 1 and July 1.
+        datetime(2027, 1, 1, 9), "FREQ=YEARLY;BYMONTH=1,7;BYMONTHDAY=1", False,
+        ["2027-01-01", "2027-07-01", "2028-01-01"],
+        id="bymonthday-with-bymonth-unchanged",
+    ),
+    pytest.param(
+        # Issue 14, item 3: day -366 exists in leap years only and is January 1, so the 3
+        # occurrences are 2012-01-01, 2016-01-01 and 2020-01-01 at 12:00; accepted on any
+        # machine (it was refused for load once).
+        datetime(2012, 1, 1, 12), "FREQ=HOURLY;BYHOUR=12;BYYEARDAY=-366;COUNT=3", False,
+        ["2012-01-01", "2016-01-01", "2020-01-01"],
+        id="the-issues-count-rule-is-accepted",
+    ),
+    pytest.param(
+        # RFC 5545 leaves it undefined; docs/design.md "Rule readings": INTERVAL counts
+        # calendar years and a day of a straddling ISO week belongs to the period of its
+        # calendar year. Periods 2013, 2015, 2017, 2019, 2021. Mondays of ISO week 1:
+        # 2012-12-31 (a day of 2012: no period), 2013-12-30 (week 1 of 2014, in 2013:
+        # period 2013), 2014-12-29 (in 2014: no period), 2016-01-04 (no period),
+        # 2017-01-02 (period 2017), 2018-01-01 (no), 2019-12-30 (week 1 of 2020, in 2019:
+        # period 2019), 2021-01-04 (period 2021).
+        datetime(2013, 1, 1, 9), "FREQ=YEARLY;INTERVAL=2;BYWEEKNO=1;BYDAY=MO", False,
+        ["2013-12-30", "2017-01-02", "2019-12-30", "2021-01-04"],
+        id="interval-with-a-straddling-iso-week",
+    ),
+]  # fmt: skip
 
 
-def test_yearly_byweekno_without_byday_fires_on_the_starts_weekday() -> None:
-    start = datetime(2013, 1, 8, 0, 0)
-    assert start.strftime("%A") == "Tuesday"
-    schedule = compile_schedule(start, rrule="FREQ=YEARLY;BYWEEKNO=1,2")
-
-    # Tuesday of week 1 of 2013 is 2013-01-01 (before the start); of week 2, 2013-01-08.
-    # Week 1 of 2014 starts Mon 2013-12-30: its Tuesday is 2013-12-31; week 2: 2014-01-07.
-    # Week 1 of 2015 starts Mon 2014-12-29: Tuesday 2014-12-30; week 2: 2015-01-06.
-    assert first_locals(schedule, 5) == [
-        datetime(2013, 1, 8),
-        datetime(2013, 12, 31),
-        datetime(2014, 1, 7),
-        datetime(2014, 12, 30),
-        datetime(2015, 1, 6),
-    ]
-
-
-def test_yearly_byweekno_with_byday_is_unchanged() -> None:
-    # RFC 5545 §3.3.10's own example: "Monday of week number 20 (where the default start
-    # of the week is Monday), forever": DTSTART 19970512T090000 -> 1997-05-12,
-    # 1998-05-11, 1999-05-17.
-    schedule = compile_schedule(datetime(1997, 5, 12, 9), rrule="FREQ=YEARLY;BYWEEKNO=20;BYDAY=MO")
-    assert first_locals(schedule, 3) == [
-        datetime(1997, 5, 12, 9),
-        datetime(1998, 5, 11, 9),
-        datetime(1999, 5, 17, 9),
-    ]
-
-
-# --- 2. YEARLY with BYMONTHDAY and no BYMONTH ---------------------------------------------
-
-
-def test_yearly_bymonthday_without_bymonth_takes_the_starts_month() -> None:
-    schedule = compile_schedule(
-        datetime(2024, 2, 29, 9, 0), rrule="FREQ=YEARLY;BYMONTHDAY=29;COUNT=3", all_day=True
-    )
-    assert first_locals(schedule, 10) == [
-        datetime(2024, 2, 29, 9),
-        datetime(2028, 2, 29, 9),
-        datetime(2032, 2, 29, 9),
-    ]
-
-
-def test_yearly_bymonthday_with_bymonth_is_unchanged() -> None:
-    # RFC 5545 §3.3.10 example "Every year in June and July" reads BYMONTH with DTSTART's
-    # day; with BYMONTHDAY=1 and BYMONTH=1,7 it is January 1 and July 1 each year.
-    schedule = compile_schedule(
-        datetime(2027, 1, 1, 9), rrule="FREQ=YEARLY;BYMONTH=1,7;BYMONTHDAY=1"
-    )
-    assert first_locals(schedule, 3) == [
-        datetime(2027, 1, 1, 9),
-        datetime(2027, 7, 1, 9),
-        datetime(2028, 1, 1, 9),
-    ]
+@pytest.mark.parametrize(("start", "rule", "all_day", "dates"), EXPANSIONS)
+def test_expansion_follows_rfc_5545(
+    start: datetime, rule: str, all_day: bool, dates: list[str]
+) -> None:
+    schedule = compile_schedule(start, rrule=rule, all_day=all_day)
+    # Two more asked for: a COUNT rule must have no more than it lists.
+    found = first_locals(schedule, len(dates) + 2)
+    listed = found if "COUNT=" in rule else found[: len(dates)]
+    assert [d.date().isoformat() for d in listed] == dates
+    assert all(d.time() == start.time() for d in listed)
 
 
 # --- 3. Acceptance is deterministic; stored rules never fail later ------------------------
-
-
-def test_the_issues_count_rule_is_accepted() -> None:
-    # FREQ=HOURLY;BYHOUR=12;BYYEARDAY=-366;COUNT=3 from 2012-01-01T12:00: day -366 exists
-    # in leap years only and is January 1, so the 3 occurrences are 2012-01-01,
-    # 2016-01-01 and 2020-01-01 at 12:00. Accepted on any machine.
-    schedule = compile_schedule(
-        datetime(2012, 1, 1, 12), rrule="FREQ=HOURLY;BYHOUR=12;BYYEARDAY=-366;COUNT=3"
-    )
-    assert first_locals(schedule, 10) == [
-        datetime(2012, 1, 1, 12),
-        datetime(2016, 1, 1, 12),
-        datetime(2020, 1, 1, 12),
-    ]
 
 
 class SlowClock:
@@ -166,6 +161,24 @@ def test_acceptance_is_the_same_on_an_idle_and_an_overloaded_machine(
     assert loaded == idle
 
 
+def stored_if_accepted(
+    text: str, start: datetime, nonexistent: str, ambiguous: str
+) -> Schedule | None:
+    """The schedule as the sender reads it back (accept=False), if `compile_schedule`
+    accepts it as a user's submission; None if it is refused."""
+    try:
+        compile_schedule(start, rrule=text, limits=Limits(max_iterations=20_000))
+    except InvalidSchedule:
+        return None
+    return compile_schedule(
+        start,
+        rrule=text,
+        nonexistent=nonexistent,  # type: ignore[arg-type]
+        ambiguous=ambiguous,  # type: ignore[arg-type]
+        accept=False,
+    )
+
+
 @PROFILE
 @given(case=cases(), years=st.lists(st.floats(0, 120), min_size=1, max_size=4))
 def test_every_accepted_rule_can_be_advanced_at_any_later_point(
@@ -174,17 +187,9 @@ def test_every_accepted_rule_can_be_advanced_at_any_later_point(
     # As the sender does: the stored schedule (accept=False) under today's limits, from
     # any instant after the start, answers an instant or None, never an error.
     text, zone, start, nonexistent, ambiguous = case
-    try:
-        compile_schedule(start, rrule=text, limits=Limits(max_iterations=20_000))
-    except InvalidSchedule:
+    stored = stored_if_accepted(text, start, nonexistent, ambiguous)
+    if stored is None:
         return
-    stored = compile_schedule(
-        start,
-        rrule=text,
-        nonexistent=nonexistent,
-        ambiguous=ambiguous,
-        accept=False,  # type: ignore[arg-type]
-    )
     for y in years:
         after = (start + timedelta(days=365.25 * y)).replace(tzinfo=UTC)
         found = next_occurrence(stored, zone, after)
@@ -279,17 +284,9 @@ def test_advancing_with_the_kept_progress_equals_counting_from_the_start(
     # asked without progress, which counts every instance from the start (RFC 5545
     # §3.3.10 COUNT).
     text, zone, start, nonexistent, ambiguous = case
-    try:
-        compile_schedule(start, rrule=text, limits=Limits(max_iterations=20_000))
-    except InvalidSchedule:
+    schedule = stored_if_accepted(text, start, nonexistent, ambiguous)
+    if schedule is None:
         return
-    schedule = compile_schedule(
-        start,
-        rrule=text,
-        nonexistent=nonexistent,
-        ambiguous=ambiguous,
-        accept=False,  # type: ignore[arg-type]
-    )
     after = start.replace(tzinfo=UTC) - timedelta(days=2)
     progress = None
     for gap in gaps:
@@ -316,25 +313,6 @@ def test_progress_round_trips_through_json_and_refuses_garbage() -> None:
     assert CountProgress.from_json(kept.to_json()) == kept
     for garbage in (None, [], {"local": "x", "counted": 1, "zone": "UTC"}, {"counted": 1}):
         assert CountProgress.from_json(garbage) is None
-
-
-def test_interval_with_a_straddling_iso_week_follows_the_documented_reading() -> None:
-    # RFC 5545 leaves it undefined; docs/design.md "Rule readings": INTERVAL counts
-    # calendar years and a day of a straddling ISO week belongs to the period of its
-    # calendar year. Periods 2013, 2015, 2017, 2019, 2021 (INTERVAL=2). Mondays of ISO
-    # week 1: 2012-12-31 (week 1 of 2013, a day of 2012: no period), 2013-12-30 (week 1 of
-    # 2014, in 2013: period 2013), 2014-12-29 (week 1 of 2015, in 2014: no period),
-    # 2016-01-04 (2016: no period), 2017-01-02 (period 2017), 2018-01-01 (2018: no),
-    # 2019-12-30 (week 1 of 2020, in 2019: period 2019), 2021-01-04 (period 2021).
-    schedule = compile_schedule(
-        datetime(2013, 1, 1, 9), rrule="FREQ=YEARLY;INTERVAL=2;BYWEEKNO=1;BYDAY=MO"
-    )
-    assert [d.date().isoformat() for d in first_locals(schedule, 4)] == [
-        "2013-12-30",
-        "2017-01-02",
-        "2019-12-30",
-        "2021-01-04",
-    ]
 
 
 def iso_oracle(start: datetime, weeks: set[int], weekdays: set[int], n: int) -> list[datetime]:
