@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/claim_throughput.py
 	$(BIN)/python bench/next_occurrence.py
 	PYTHONPATH=. $(BIN)/python bench/end_to_end.py
+	PYTHONPATH=. $(BIN)/python bench/api_load.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -45,6 +45,7 @@ import psycopg
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+from bench.support import cpu_seconds, cpu_used, postgres_pids
 from coordinator.service import Coordinator
 from reminder_core.db.embedded import embedded_database_url
 from reminder_core.db.migrate import upgrade
@@ -67,39 +68,6 @@ CLAIM_BATCH = 500
 #: A flush interval this long makes the completer write only when a batch ends (each
 #: batch takes far less): the design before issue 12, measured beside the streaming one.
 BATCH_END = 60.0
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pids: list[int]) -> dict[int, float]:
-    """utime + stime of each of these processes so far, from /proc (Linux); processes
-    that are gone are left out."""
-    seconds = {}
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        seconds[pid] = (int(fields[11]) + int(fields[12])) / TICKS
-    return seconds
-
-
-def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
-    """CPU seconds used between two readings by processes alive at the second (a
-    process started in between counts from zero)."""
-    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
-
-
-def postgres_pids() -> list[int]:
-    """Every process named postgres on this machine (the server and its backends)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == "postgres":
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
 
 
 class AcceptAll:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import datetime
 
 import httpx
 from fastapi import FastAPI, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    generate_latest,
+    multiprocess,
+)
 from sqlalchemy import Engine
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -15,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from reminder_api.deps import AppContext
 from reminder_api.errors import RequestTooLarge, install_error_handlers, problem
 from reminder_api.metrics import RequestMetrics
+from reminder_api.overload import LoadShedding
 from reminder_api.routes import occurrences, reminders
 from reminder_core.clock import utcnow
 from reminder_core.profiles import ProfileSource
@@ -25,6 +33,8 @@ from webhooks.router import PREFIX as WEBHOOKS_PREFIX
 from webhooks.router import WebhookConfig, build_router
 
 MAX_BODY_BYTES = 64 * 1024
+#: Liveness, readiness and metrics: answered even when the API sheds load.
+OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")
 
 
 def create_app(
@@ -68,7 +78,14 @@ def create_app(
         max_bytes=MAX_BODY_BYTES,
         prefix_limits={WEBHOOKS_PREFIX + "/": settings.webhook_max_body_bytes},
     )
-    app.add_middleware(RequestMetrics)  # added last: outermost, counts BodyLimit's 413s
+    app.add_middleware(
+        LoadShedding,
+        max_in_flight=settings.api_max_in_flight,
+        queue_timeout_s=settings.api_queue_timeout_s,
+        retry_after_s=settings.api_retry_after_s,
+        exempt=OPERATIONS_PATHS,
+    )
+    app.add_middleware(RequestMetrics)  # added last: outermost, counts 413s and shed 503s
 
     app.include_router(reminders.router)
     app.include_router(occurrences.router)
@@ -79,8 +96,8 @@ def create_app(
     )
 
     @app.get("/healthz", tags=["operations"])
-    def healthz() -> dict[str, str]:
-        """Liveness: the process answers."""
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process answers (on the event loop: no worker thread needed)."""
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["operations"])
@@ -95,9 +112,22 @@ def create_app(
 
     @app.get("/metrics", tags=["operations"], include_in_schema=False)
     def metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        """Prometheus exposition; under `reminders api --workers N` (PROMETHEUS_MULTIPROC_DIR
+        set) the sum over every worker process, whichever one answers."""
+        return Response(generate_latest(metrics_registry()), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def metrics_registry() -> CollectorRegistry:
+    """The default registry, or with PROMETHEUS_MULTIPROC_DIR set (several API processes)
+    a registry that reads every process's samples from that directory
+    (prometheus_client's multiprocess mode)."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return registry
 
 
 class BodyLimit:

@@ -1,10 +1,15 @@
-"""`reminders api` / `python -m reminder_api`: serve the API with uvicorn."""
+"""`reminders api` / `python -m reminder_api`: serve the API with uvicorn, in this process
+or in `workers` processes sharing one listening socket."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import tempfile
 import threading
 
 import uvicorn
+from fastapi import FastAPI
 
 from reminder_api.app import create_app
 from reminder_core.errors import configuration_errors
@@ -13,12 +18,42 @@ from reminder_core.runtime import open_runtime
 from reminder_core.settings import Settings
 from reminder_core.worker.signals import install_stop_handlers
 
+#: At most this many processes by default: past it, two cores gain nothing and every
+#: process holds its own connection pool.
+DEFAULT_MAX_WORKERS = 4
 
-def main(settings: Settings | None = None, *, host: str = "127.0.0.1", port: int = 8000) -> int:
+
+def default_workers() -> int:
+    """One process per CPU this process may run on (its affinity mask), at most
+    DEFAULT_MAX_WORKERS."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, DEFAULT_MAX_WORKERS))
+
+
+def main(
+    settings: Settings | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int | None = None,
+) -> int:
     """Serve until SIGTERM/SIGINT; returns 0 after a clean stop, 1 if the server failed to
-    start (e.g. the port is taken)."""
+    start (e.g. the port is taken).
+
+    Args:
+        workers: processes to serve with (None: API_WORKERS, else `default_workers()`).
+            With more than one, uvicorn's supervisor binds the socket, starts the worker
+            processes (each builds its own app and pool from the environment, as
+            `worker_app`), restarts one that dies and stops them all on SIGTERM.
+    """
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
+    count = workers or settings.api_workers or default_workers()
+    if count > 1:
+        return _serve_multiprocess(settings, host=host, port=port, workers=count)
     # uvicorn captures SIGTERM/SIGINT while it serves and re-raises them once it has shut
     # down; with our handler in place that re-raise is a clean stop, not a kill.
     stop = threading.Event()
@@ -29,17 +64,60 @@ def main(settings: Settings | None = None, *, host: str = "127.0.0.1", port: int
     try:
         if stop.is_set():
             return 0
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                host=host,
-                port=port,
-                log_level=settings.log_level.lower(),
-                log_config=None,  # uvicorn's records go to our handler (reminder_core.logging)
-                timeout_graceful_shutdown=int(settings.shutdown_grace_s),
-            )
-        )
+        server = uvicorn.Server(_config(app, settings, host=host, port=port))
         server.run()
         return 0 if server.started else 1
     finally:
         rt.close()
+
+
+def _config(app: FastAPI | str, settings: Settings, **kwargs: object) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's records go to our handler (reminder_core.logging)
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: int) -> int:
+    from uvicorn.supervisors import Multiprocess
+
+    # A bad setting is reported once, here, not by every worker as it crashes and is
+    # restarted: build the app once (no connection is opened) and drop it.
+    with configuration_errors():
+        rt = open_runtime(settings, application_name="reminders-api")
+        try:
+            create_app(settings, rt.engine, rt.profiles)
+        finally:
+            rt.close()
+    # Each process counts its own requests; prometheus_client's multiprocess mode sums
+    # them on /metrics (the workers inherit this variable; docs/operations.md).
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="reminders-metrics-")
+    config = _config(
+        "reminder_api.main:worker_app",
+        settings,
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+    )
+    sock = config.bind_socket()  # exits with status 1 when the port is taken
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
+    return 0
+
+
+def worker_app() -> FastAPI:
+    """The app of one worker process of `reminders api --workers N` (uvicorn's factory):
+    settings from the environment, its own engine and pool, closed when the process
+    exits."""
+    settings = Settings()
+    configure_logging(settings.log_level, settings.log_format)
+    rt = open_runtime(settings, application_name="reminders-api")
+    atexit.register(rt.close)
+    return create_app(settings, rt.engine, rt.profiles)

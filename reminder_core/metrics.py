@@ -170,6 +170,13 @@ API_LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
+API_SHED = Counter(
+    "reminders_api_shed_total",
+    "Requests answered 503 without being worked on because the process had"
+    " API_MAX_IN_FLIGHT requests in flight for API_QUEUE_TIMEOUT_S (overload), by method.",
+    ["method"],
+)
+
 # --- backlog gauges: computed and exported by the maintenance workload only ---------------
 
 NEXT_RUN_LAG = Gauge(

@@ -75,7 +75,10 @@ def open_runtime(
 
         upgrade(url)
     engine = make_engine(
-        url, pool_size=pool_size or settings.db_pool_size, application_name=application_name
+        url,
+        pool_size=pool_size or settings.db_pool_size,
+        application_name=application_name,
+        pool_timeout_s=settings.db_pool_timeout_s,
     )
     queue = open_queue(
         settings.queue_url,

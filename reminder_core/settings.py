@@ -400,6 +400,41 @@ class Settings(BaseSettings):
                 raise ValueError(f"not an SNS topic ARN: {arn!r}")
         return value
 
+    # --- API (docs/design.md, "API capacity and overload") ---
+    api_workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Processes serving the API (`reminders api --workers` wins). Unset: one"
+        " per CPU this process may run on, at most 4; Kubernetes runs one per pod (the HPA"
+        " scales pods).",
+    )
+    api_max_in_flight: int = Field(
+        default=8,
+        ge=1,
+        le=10_000,
+        description="Requests one API process works on at once; more wait up to"
+        " API_QUEUE_TIMEOUT_S for a slot, then answer 503 with Retry-After (health,"
+        " readiness and metrics are never held back). Keep 2 x DB_POOL_SIZE above it, so that"
+        " readiness always finds a connection.",
+    )
+    api_queue_timeout_s: float = Field(
+        default=0.05,
+        ge=0,
+        le=30,
+        description="Longest a request waits for an in-flight slot before it is shed (503).",
+    )
+    api_retry_after_s: int = Field(
+        default=1, ge=1, le=3600, description="Retry-After of a shed request (seconds)."
+    )
+    db_pool_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="Longest a request or worker waits for a pooled database connection"
+        " before it fails (503 in the API) instead of queueing indefinitely.",
+    )
+
     # --- process ---
     shutdown_grace_s: float = Field(default=20.0, gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(

@@ -6,7 +6,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from reminder_api.deps import AppContext, context, current_user, reject_unknown_query
+from reminder_api.deps import (
+    AppContext,
+    context,
+    current_user,
+    in_worker_thread,
+    reject_unknown_query,
+)
 from reminder_api.routes.reminders import zone_of
 from reminder_api.schedules import occurrence_list, parse_schedule
 from reminder_api.schemas import OccurrenceList, PreviewRequest
@@ -16,6 +22,7 @@ router = APIRouter(prefix="/v1", tags=["occurrences"], dependencies=[Depends(rej
 
 
 @router.post("/occurrences:preview", response_model=OccurrenceList)
+@in_worker_thread
 def preview_occurrences(
     payload: PreviewRequest,
     user_id: Annotated[str, Depends(current_user)],

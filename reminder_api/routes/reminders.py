@@ -20,7 +20,7 @@ from reminder_api.deps import (
     AppContext,
     context,
     current_user,
-    db_connection,
+    in_worker_thread,
     reject_unknown_query,
 )
 from reminder_api.schedules import format_local, occurrence_list, parse_schedule
@@ -52,7 +52,6 @@ router = APIRouter(
 
 User = Annotated[str, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
-Db = Annotated[Connection, Depends(db_connection)]
 
 
 def to_out(r: ReminderRecord) -> ReminderOut:
@@ -126,12 +125,12 @@ def zone_of(ctx: AppContext, user_id: str, timezone: str | None) -> ZoneInfo:
         422: {"description": "Invalid field (problem+json names it)"},
     },
 )
+@in_worker_thread
 def create_reminder(
     payload: ReminderCreate,
     response: Response,
     user_id: User,
     ctx: Ctx,
-    conn: Db,
     idempotency_key: Annotated[
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=MAX_REQUEST_ID)
     ] = None,
@@ -152,44 +151,46 @@ def create_reminder(
     if "\x00" in (key or ""):
         raise InvalidInput("Idempotency-Key", "must not contain NUL characters")
     digest = fingerprint(payload)
+    with ctx.connect() as conn:
+        if key is not None:
+            existing = services.find_replay(
+                conn, user_id=user_id, client_request_id=key, request_fingerprint=digest
+            )
+            if existing is not None:
+                return _replay(existing, response)
 
-    if key is not None:
-        existing = services.find_replay(
-            conn, user_id=user_id, client_request_id=key, request_fingerprint=digest
+        stored = parse_schedule(
+            start_local=payload.start_local,
+            all_day=payload.all_day,
+            rrule=payload.rrule,
+            exdates=payload.exdates,
+            dst=payload.dst,
         )
-        if existing is not None:
-            return _replay(existing, response)
-
-    stored = parse_schedule(
-        start_local=payload.start_local,
-        all_day=payload.all_day,
-        rrule=payload.rrule,
-        exdates=payload.exdates,
-        dst=payload.dst,
-    )
-    profile = require_profile(ctx, user_id)
-    zone = zone_for(payload.timezone, profile)
-    assert zone is not None  # a profile always has a zone
-    draft = ReminderDraft(
-        user_id=user_id,
-        content=ReminderContent(
-            title=payload.title,
-            body=payload.body,
-            schedule=stored,
-            timezone=payload.timezone,
-            misfire_policy=payload.misfire.policy,
-            max_lateness_s=payload.misfire.max_lateness_s,
-        ),
-        client_request_id=key,
-        request_fingerprint=digest,
-    )
-    created = services.create(conn, draft, zone=zone, now=ctx.clock(), config=ctx.schedule_config)
-    if created.replayed:
-        return _replay(created.reminder, response)
-    conn.commit()
-    response.headers["ETag"] = etag(created.reminder)
-    response.headers["Location"] = f"/v1/reminders/{created.reminder.id}"
-    return to_out(created.reminder)
+        profile = require_profile(ctx, user_id)
+        zone = zone_for(payload.timezone, profile)
+        assert zone is not None  # a profile always has a zone
+        draft = ReminderDraft(
+            user_id=user_id,
+            content=ReminderContent(
+                title=payload.title,
+                body=payload.body,
+                schedule=stored,
+                timezone=payload.timezone,
+                misfire_policy=payload.misfire.policy,
+                max_lateness_s=payload.misfire.max_lateness_s,
+            ),
+            client_request_id=key,
+            request_fingerprint=digest,
+        )
+        created = services.create(
+            conn, draft, zone=zone, now=ctx.clock(), config=ctx.schedule_config
+        )
+        if created.replayed:
+            return _replay(created.reminder, response)
+        conn.commit()
+        response.headers["ETag"] = etag(created.reminder)
+        response.headers["Location"] = f"/v1/reminders/{created.reminder.id}"
+        return to_out(created.reminder)
 
 
 def _replay(existing: ReminderRecord, response: Response) -> ReminderOut:
@@ -223,21 +224,25 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 
 
 @router.get("", response_model=ReminderPage)
+@in_worker_thread
 def list_reminders(
     user_id: User,
-    conn: Db,
+    ctx: Ctx,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     status_: Annotated[list[ReminderStatus] | None, Query(alias="status")] = None,
 ) -> ReminderPage:
     """The user's reminders, newest first; `next_cursor` is null on the last page."""
-    before = decode_cursor(cursor) if cursor else None
-    rows = store.list_page(conn, user_id=user_id, limit=limit + 1, before=before, statuses=status_)
-    page, more = rows[:limit], len(rows) > limit
-    return ReminderPage(
-        items=[to_out(r) for r in page],
-        next_cursor=encode_cursor(page[-1]) if more and page else None,
-    )
+    with ctx.connect() as conn:
+        before = decode_cursor(cursor) if cursor else None
+        rows = store.list_page(
+            conn, user_id=user_id, limit=limit + 1, before=before, statuses=status_
+        )
+        page, more = rows[:limit], len(rows) > limit
+        return ReminderPage(
+            items=[to_out(r) for r in page],
+            next_cursor=encode_cursor(page[-1]) if more and page else None,
+        )
 
 
 def _get(conn: Connection, user_id: str, reminder_id: uuid.UUID) -> ReminderRecord:
@@ -249,33 +254,36 @@ def _get(conn: Connection, user_id: str, reminder_id: uuid.UUID) -> ReminderReco
 
 
 @router.get("/{reminder_id}", response_model=ReminderOut)
+@in_worker_thread
 def get_reminder(
-    reminder_id: uuid.UUID, response: Response, user_id: User, conn: Db
+    reminder_id: uuid.UUID, response: Response, user_id: User, ctx: Ctx
 ) -> ReminderOut:
     """One reminder of the user; another user's id answers 404."""
-    r = _get(conn, user_id, reminder_id)
-    response.headers["ETag"] = etag(r)
-    return to_out(r)
+    with ctx.connect() as conn:
+        r = _get(conn, user_id, reminder_id)
+        response.headers["ETag"] = etag(r)
+        return to_out(r)
 
 
 @router.delete("/{reminder_id}", response_model=ReminderOut)
+@in_worker_thread
 def cancel_reminder(
     reminder_id: uuid.UUID,
     response: Response,
     user_id: User,
     ctx: Ctx,
-    conn: Db,
     if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
     """Cancel the reminder: nothing more is sent (an occurrence claimed but not yet sent
     is recorded `cancelled`). Cancelling twice is fine; a finished reminder is 409. With
     `If-Match`, only if the reminder is still at that version (else 412)."""
-    if if_match is not None:
-        _lock_current(conn, user_id, reminder_id, if_match)
-    r = services.cancel(conn, user_id=user_id, reminder_id=reminder_id, now=ctx.clock())
-    conn.commit()
-    response.headers["ETag"] = etag(r)
-    return to_out(r)
+    with ctx.connect() as conn:
+        if if_match is not None:
+            _lock_current(conn, user_id, reminder_id, if_match)
+        r = services.cancel(conn, user_id=user_id, reminder_id=reminder_id, now=ctx.clock())
+        conn.commit()
+        response.headers["ETag"] = etag(r)
+        return to_out(r)
 
 
 def _lock_current(
@@ -316,13 +324,13 @@ NOT_NULL = frozenset({"title", "start_local", "all_day", "dst", "misfire"})
     response_model=ReminderOut,
     responses={412: {"description": "If-Match names a stale version"}},
 )
+@in_worker_thread
 def update_reminder(
     reminder_id: uuid.UUID,
     payload: ReminderPatch,
     response: Response,
     user_id: User,
     ctx: Ctx,
-    conn: Db,
     if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
     """Change title, body, schedule or policies; bumps the version (the ETag).
@@ -331,25 +339,26 @@ def update_reminder(
     is claimed but not yet sent (the sender records it `cancelled`). A title or body change
     reaches the next email, which is rendered at send time.
     """
-    given = payload.model_fields_set
-    for name in sorted(given & NOT_NULL):
-        if getattr(payload, name) is None:
-            raise InvalidInput(name, "must not be null")
-    r = _lock_current(conn, user_id, reminder_id, if_match)
-    if not given:
-        response.headers["ETag"] = etag(r)
-        return to_out(r)
-    changed = services.update(
-        conn,
-        r,
-        _edit_of(payload, r, ctx),
-        zone=lambda timezone: zone_of(ctx, user_id, timezone),
-        now=ctx.clock(),
-        config=ctx.schedule_config,
-    )
-    conn.commit()
-    response.headers["ETag"] = etag(changed)
-    return to_out(changed)
+    with ctx.connect() as conn:
+        given = payload.model_fields_set
+        for name in sorted(given & NOT_NULL):
+            if getattr(payload, name) is None:
+                raise InvalidInput(name, "must not be null")
+        r = _lock_current(conn, user_id, reminder_id, if_match)
+        if not given:
+            response.headers["ETag"] = etag(r)
+            return to_out(r)
+        changed = services.update(
+            conn,
+            r,
+            _edit_of(payload, r, ctx),
+            zone=lambda timezone: zone_of(ctx, user_id, timezone),
+            now=ctx.clock(),
+            config=ctx.schedule_config,
+        )
+        conn.commit()
+        response.headers["ETag"] = etag(changed)
+        return to_out(changed)
 
 
 def _edit_of(payload: ReminderPatch, r: ReminderRecord, ctx: AppContext) -> ReminderEdit:
@@ -429,29 +438,32 @@ def _edit_of(payload: ReminderPatch, r: ReminderRecord, ctx: AppContext) -> Remi
 
 
 @router.post("/{reminder_id}/pause", response_model=ReminderOut)
+@in_worker_thread
 def pause_reminder(
     reminder_id: uuid.UUID,
     response: Response,
     user_id: User,
     ctx: Ctx,
-    conn: Db,
     if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
     """Stop sending until resumed; an occurrence claimed but not sent is not sent.
     With `If-Match`, only if the reminder is still at that version (else 412)."""
-    r = services.pause(conn, _lock_current(conn, user_id, reminder_id, if_match), now=ctx.clock())
-    conn.commit()
-    response.headers["ETag"] = etag(r)
-    return to_out(r)
+    with ctx.connect() as conn:
+        r = services.pause(
+            conn, _lock_current(conn, user_id, reminder_id, if_match), now=ctx.clock()
+        )
+        conn.commit()
+        response.headers["ETag"] = etag(r)
+        return to_out(r)
 
 
 @router.post("/{reminder_id}/resume", response_model=ReminderOut)
+@in_worker_thread
 def resume_reminder(
     reminder_id: uuid.UUID,
     response: Response,
     user_id: User,
     ctx: Ctx,
-    conn: Db,
     if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
     """Send again. A recurring reminder continues with its first occurrence from now
@@ -460,58 +472,62 @@ def resume_reminder(
     the reminder is still at that version (else 412). A reminder paused by a suppression
     resumes too; while its address stays suppressed, its next occurrence is recorded
     `suppressed` and the reminder paused again."""
-    r = services.resume(
-        conn,
-        _lock_current(conn, user_id, reminder_id, if_match),
-        zone=lambda timezone: zone_of(ctx, user_id, timezone),
-        now=ctx.clock(),
-        config=ctx.schedule_config,
-    )
-    conn.commit()
-    response.headers["ETag"] = etag(r)
-    return to_out(r)
+    with ctx.connect() as conn:
+        r = services.resume(
+            conn,
+            _lock_current(conn, user_id, reminder_id, if_match),
+            zone=lambda timezone: zone_of(ctx, user_id, timezone),
+            now=ctx.clock(),
+            config=ctx.schedule_config,
+        )
+        conn.commit()
+        response.headers["ETag"] = etag(r)
+        return to_out(r)
 
 
 @router.get("/{reminder_id}/occurrences", response_model=OccurrenceList)
+@in_worker_thread
 def list_occurrences(
     reminder_id: uuid.UUID,
     user_id: User,
     ctx: Ctx,
-    conn: Db,
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> OccurrenceList:
     """The next `limit` occurrences (from next_run_utc; for a paused reminder, from now),
     each with its UTC instant, local wall time with offset and DST flags. A finished or
     cancelled reminder has none."""
-    r = _get(conn, user_id, reminder_id)
-    zone = zone_of(ctx, user_id, r.timezone)
-    if r.status not in LIVE or r.next_run_utc is None:
-        return OccurrenceList(timezone=zone.key, items=[])
-    now = ctx.clock()
-    after = r.next_run_utc if r.status != ReminderStatus.PAUSED or r.rrule is None else now
-    config = ctx.schedule_config
-    return occurrence_list(schedule_of(stored_of(r), config), zone, after, limit, config)
+    with ctx.connect() as conn:
+        r = _get(conn, user_id, reminder_id)
+        zone = zone_of(ctx, user_id, r.timezone)
+        if r.status not in LIVE or r.next_run_utc is None:
+            return OccurrenceList(timezone=zone.key, items=[])
+        now = ctx.clock()
+        after = r.next_run_utc if r.status != ReminderStatus.PAUSED or r.rrule is None else now
+        config = ctx.schedule_config
+        return occurrence_list(schedule_of(stored_of(r), config), zone, after, limit, config)
 
 
 @router.get("/{reminder_id}/deliveries", response_model=DeliveryPage)
+@in_worker_thread
 def list_deliveries(
     reminder_id: uuid.UUID,
     user_id: User,
-    conn: Db,
+    ctx: Ctx,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> DeliveryPage:
     """What happened to each occurrence, newest first: its state (including `bounced`,
     `complained` and `suppressed`), provider, attempts, error and when it was sent.
     `next_cursor` is null on the last page; another user's reminder answers 404."""
-    _get(conn, user_id, reminder_id)
-    before = _decode_run_time(cursor) if cursor else None
-    rows = delivery_log.list_page(conn, reminder_id=reminder_id, limit=limit + 1, before=before)
-    page, more = rows[:limit], len(rows) > limit
-    return DeliveryPage(
-        items=[DeliveryOut.model_validate(d, from_attributes=True) for d in page],
-        next_cursor=_encode_run_time(page[-1].run_time_utc) if more and page else None,
-    )
+    with ctx.connect() as conn:
+        _get(conn, user_id, reminder_id)
+        before = _decode_run_time(cursor) if cursor else None
+        rows = delivery_log.list_page(conn, reminder_id=reminder_id, limit=limit + 1, before=before)
+        page, more = rows[:limit], len(rows) > limit
+        return DeliveryPage(
+            items=[DeliveryOut.model_validate(d, from_attributes=True) for d in page],
+            next_cursor=_encode_run_time(page[-1].run_time_utc) if more and page else None,
+        )
 
 
 def _encode_run_time(run_time: datetime) -> str:

@@ -32,6 +32,7 @@ import httpx
 import jwt
 import pytest
 from fastapi.testclient import TestClient
+from freezegun import freeze_time
 from sqlalchemy import Engine, text
 
 from reminder_core.settings import Settings
@@ -997,6 +998,20 @@ def test_bad_token_is_401_and_nothing_stored(
 
     assert_unauthorized(resp)
     assert table_counts(db) == before
+
+
+def test_a_token_accepted_before_is_refused_once_it_expires(
+    client: TestClient, settings: Settings
+) -> None:
+    """The API keeps tokens it verified for a minute (issue 15); RFC 7519 §4.1.4 still
+    holds for a kept one: not accepted on or after its `exp`."""
+    issued = datetime.now(UTC).replace(microsecond=0)
+    token = bearer(mint_token(settings, "alice", ttl_s=30, now=issued))
+    with freeze_time(issued + timedelta(seconds=29)):
+        assert client.get(URL, headers=token).status_code == 200  # verified and kept
+        assert client.get(URL, headers=token).status_code == 200  # kept
+    with freeze_time(issued + timedelta(seconds=30)):
+        assert_unauthorized(client.get(URL, headers=token))
 
 
 def test_missing_token_challenge_carries_no_error_code(client: TestClient) -> None:

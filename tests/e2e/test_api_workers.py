@@ -1,0 +1,133 @@
+"""`reminders api --workers N` (issue 15): N processes serve one socket, every one of them
+answers, /metrics sums all of them, and SIGTERM stops them all with exit status 0."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.mmap_dict import MmapedDict
+from sqlalchemy import Engine, text
+
+from bench.support import process_tree
+from reminder_core.settings import Settings
+from reminder_core.tokens import mint_token
+from tests.support.workloads import child_env, free_port, fresh_database, migrate, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+SECRET = "e2e-" + "k" * 48
+CREATES = 60
+
+
+@pytest.fixture
+def e2e_db(admin_url: str) -> Iterator[tuple[str, Engine]]:
+    with fresh_database(admin_url, "reminders_e2e") as url_and_engine:
+        yield url_and_engine
+
+
+def _requests_counted(base: str) -> float:
+    total = 0.0
+    for line in httpx.get(f"{base}/metrics", timeout=10).text.splitlines():
+        if line.startswith('reminders_api_requests_total{method="POST",route="/v1/reminders"'):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_two_worker_processes_serve_count_and_stop_together(
+    e2e_db: tuple[str, Engine], tmp_path: Path
+) -> None:
+    url, engine = e2e_db
+    (tmp_path / "profiles.json").write_text('{"erin": {"email": "erin@example.com"}}')
+    env = child_env(
+        {
+            "DATABASE_URL": url,
+            "JWT_SECRET": SECRET,
+            "PROFILES_FILE": str(tmp_path / "profiles.json"),
+            "STATE_DIR": str(tmp_path / "state"),
+        }
+    )
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    migrate(env)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "api.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reminders", "api", "--port", str(port), "--workers", "2"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, 60, "the API")
+        wait_until(
+            lambda: len([p for p in process_tree(proc.pid) if _is_worker(p)]) == 2,
+            60,
+            "two worker processes",
+        )
+        workers = [p for p in process_tree(proc.pid) if _is_worker(p)]
+        token = {"Authorization": f"Bearer {mint_token(Settings(jwt_secret=SECRET), 'erin')}"}
+        for i in range(CREATES):
+            # A new connection each time: the kernel spreads them over the workers.
+            with httpx.Client(base_url=base, headers=token, timeout=10) as c:
+                r = c.post(
+                    "/v1/reminders",
+                    json={"title": f"t{i}", "start_local": "2031-01-01T09:00", "timezone": "UTC"},
+                )
+            assert r.status_code == 201, r.text
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == CREATES
+        # Both workers served creates (each process writes its own samples file) ...
+        per_worker = {pid: _creates_in(metrics_dir, pid) for pid in workers}
+        assert all(n > 0 for n in per_worker.values()), per_worker
+        assert sum(per_worker.values()) == CREATES
+        # ... and /metrics sums every worker's, whichever worker answers it.
+        assert _requests_counted(base) == CREATES
+        assert _requests_counted(base) == CREATES
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "api.log").read_text()[-3000:]
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{p}").exists() for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in workers if Path(f"/proc/{p}").exists()]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+def _creates_in(metrics_dir: Path, pid: int) -> float:
+    """POST /v1/reminders requests counted by process `pid` (its counter_<pid>.db file of
+    prometheus_client's multiprocess mode)."""
+    path = metrics_dir / f"counter_{pid}.db"
+    if not path.exists():
+        return 0.0
+    total = 0.0
+    for key, value, *_ in MmapedDict.read_all_values_from_file(str(path)):
+        if '"reminders_api_requests_total"' in key and '"/v1/reminders"' in key and '"POST"' in key:
+            total += value
+    return total
+
+
+def _is_worker(pid: int) -> bool:
+    """A uvicorn worker: a `multiprocessing.spawn` child (not the resource tracker)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return b"spawn_main" in cmdline
