@@ -45,7 +45,7 @@ import psycopg
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from bench.support import cpu_seconds, cpu_used, postgres_pids
+from bench.support import cpu_seconds, cpu_used, postgres_pids, scratch_database
 from coordinator.service import Coordinator
 from reminder_core.db.embedded import embedded_database_url
 from reminder_core.db.migrate import upgrade
@@ -350,6 +350,39 @@ def pair_line(ratios: list[float], repeat: int) -> str:
     return line
 
 
+def pg_limit_rate(url: str, script: Path, n: int = 100_000) -> float | None:
+    """The whole-pipeline rate ../shared/bench/pg_limit.py prints for `n` occurrences on the
+    database of `url` (its own tables, dropped after), or None when the script is absent."""
+    if not script.exists():
+        print(f"(no {script}: the pg_limit reference is skipped)")
+        return None
+    dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    done = subprocess.run(
+        [sys.executable, str(script), dsn, str(n)], capture_output=True, text=True, timeout=600
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("whole pipeline"):
+            return float(line.split(":", 1)[1].split("occurrences/s")[0].replace(",", ""))
+    print(f"pg_limit.py printed no whole-pipeline rate: {done.stdout[-500:]}{done.stderr[-500:]}")
+    return None
+
+
+def in_process_drain(n: int, *, senders: int) -> float:
+    """Seconds to deliver `n` occurrences all due at once through this pipeline with the
+    in-process provider and the shipped settings, on a scratch database (bench/latency.py
+    prints it beside the file sink's drain)."""
+    with scratch_database() as url:
+        engine = make_engine(url, pool_size=2)
+        profiles = Path(tempfile.mkdtemp()) / "profiles.json"
+        profiles.write_text(json.dumps({"bench": {"email": "b@example.com", "timezone": "UTC"}}))
+        run = run_pipeline(
+            engine, url, profiles, n, senders=senders, batch=DEFAULTS.sender_batch_size,
+            concurrency=1,
+        )  # fmt: skip
+        engine.dispose()
+    return n / run.rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -391,6 +424,13 @@ def main() -> None:
         help="configure JSON logging at this level in the senders (stderr; redirect it);"
         " default: logging not configured (only WARNING and up reach stderr)",
     )
+    parser.add_argument(
+        "--pg-limit",
+        type=Path,
+        default=Path(__file__).resolve().parents[2] / "shared" / "bench" / "pg_limit.py",
+        help="the team's physical-limit reference (raw SQL, same database), run once beside"
+        " the pipeline; skipped when the file is not there",
+    )
     args = parser.parse_args()
     admin = os.environ.get("DATABASE_URL")
     admin = (
@@ -416,6 +456,10 @@ def main() -> None:
             f" senders; {os.cpu_count()} CPUs shared with PostgreSQL"
         )
         print(f"raw-SQL reference (same row mutations, set-based): {raw:8,.0f}/s")
+        limit = pg_limit_rate(url, args.pg_limit)
+        if limit:
+            print(f"../shared/bench/pg_limit.py whole pipeline (raw SQL):  {limit:8,.0f}/s"
+                  "   (issue 15: in-process >= 0.5 x this)")  # fmt: skip
         for batch in args.batch:
             default = " (the default)" if batch == DEFAULTS.sender_batch_size else ""
             print(f"-- SENDER_BATCH_SIZE={batch}{default}")
@@ -435,8 +479,10 @@ def main() -> None:
                                 "batch end": BATCH_END}[mode]  # fmt: skip
                     run = run_pipeline(engine, url, profiles, n, flush_interval_s=interval, **shape)
                     runs[mode].append(run)
+                    versus = f", {run.rate / limit:.2f} x pg_limit" if limit else ""
                     print(f"end to end, {label}, completion {mode:>9}: {run.rate:8,.0f}/s"
-                          f"   ratio {run.rate / raw:.3f}   (target >= {target}/s)")  # fmt: skip
+                          f"   ratio {run.rate / raw:.3f}{versus}"
+                          f"   (target >= {target}/s)")  # fmt: skip
                     print(f"    completer: {run.flush_line()}")
                     parts = ", ".join(f"{k} {v:,.0f}" for k, v in run.cpu_us.items() if v)
                     total = sum(run.cpu_us.values())

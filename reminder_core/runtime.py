@@ -45,6 +45,9 @@ class Runtime:
     def close(self) -> None:
         if isinstance(self.profiles, HttpProfileSource):
             self.profiles.close()
+        close_queue = getattr(self.queue, "close", None)  # the PostgreSQL queue's LISTEN
+        if close_queue is not None:
+            close_queue()
         self.engine.dispose()
 
 

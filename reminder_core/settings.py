@@ -117,7 +117,21 @@ class Settings(BaseSettings):
         default=10.0, ge=0, description="Sweeper republishes rows unpublished for this long."
     )
     sweeper_poll_interval_s: float = Field(default=5.0, gt=0, le=300)
-    sender_poll_interval_s: float = Field(default=0.5, gt=0, le=60)
+    sender_poll_interval_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="Longest wait between two receives of an idle sender. On the PostgreSQL"
+        " queue a sender wakes sooner: when the next message becomes visible (plus"
+        " SENDER_COALESCE_S) or a new one is sent (LISTEN/NOTIFY).",
+    )
+    sender_coalesce_s: float = Field(
+        default=0.05,
+        ge=0,
+        le=5,
+        description="PostgreSQL queue: a woken sender waits this long past the next"
+        " message's visibility, so that messages due together are received as one batch.",
+    )
     sender_batch_size: int = Field(
         default=100,
         ge=1,

@@ -86,6 +86,7 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
         flush_interval_s=s.sender_flush_interval_s,
         flush_max=s.sender_flush_max,
         owns_provider=True,
+        coalesce_s=s.sender_coalesce_s,
     )
 
 

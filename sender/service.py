@@ -68,6 +68,8 @@ class Sender:
         flush_max: outcomes that make the completer flush at once.
         owns_provider: `close()` closes the provider too (its connections and threads);
             False when the caller shares the provider and closes it itself.
+        coalesce_s: an idle sender on the PostgreSQL queue wakes this long after the next
+            message becomes visible (`wait_for_work`).
     """
 
     name = "sender"
@@ -93,8 +95,10 @@ class Sender:
         flush_interval_s: float = 0.005,
         flush_max: int = 100,
         owns_provider: bool = False,
+        coalesce_s: float = 0.05,
     ) -> None:
         retry = retry or RetryPolicy()
+        self.coalesce_s = coalesce_s
         self._engine = engine
         self._queue = queue
         self._provider = provider
@@ -153,6 +157,18 @@ class Sender:
         return TickResult(
             processed=len(messages), more=len(messages) >= self.batch_size, counts=counts
         )
+
+    def wait_for_work(self, stop: threading.Event, timeout_s: float) -> None:
+        """Wait after a tick that left the queue empty (the worker loop calls it): on the
+        PostgreSQL queue until its next message becomes visible (+ `coalesce_s`) or a new
+        one is sent (LISTEN/NOTIFY), so that delivery lag is not the poll interval
+        (issue 15); elsewhere (SQS, whose receive long-polls) `timeout_s` seconds. Returns
+        early when `stop` is set."""
+        wait = getattr(self._queue, "wait_for_messages", None)
+        if wait is None:
+            stop.wait(timeout_s)
+            return
+        wait(stop, timeout_s=timeout_s, now=self._clock(), coalesce_s=self.coalesce_s)
 
     def handle(self, message: Message, now: datetime) -> Outcome:
         """Handle one received message as a batch of one; returns its outcome."""

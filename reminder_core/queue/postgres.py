@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
+from reminder_core.db.listen import SLICE_S, Listener
 from reminder_core.errors import InfrastructureError
 from reminder_core.queue.base import DeadLetter, Message, QueueDepth
 from reminder_core.store import queue_messages
+
+log = logging.getLogger(__name__)
 
 
 class PostgresQueue:
@@ -30,6 +35,56 @@ class PostgresQueue:
         self._engine = engine
         self.name = name
         self.max_receive_count = max_receive_count
+        self._listener: Listener | None = None
+
+    def wait_for_messages(
+        self, stop: threading.Event, *, timeout_s: float, now: datetime, coalesce_s: float
+    ) -> None:
+        """Return when a message may be there to receive: `coalesce_s` seconds after the
+        queue's next message becomes visible, at most `timeout_s` seconds from now, or when
+        `stop` is set. A send to this queue (NOTIFY at its commit) during the wait brings
+        the return forward if its message becomes visible sooner.
+
+        Args:
+            now: aware UTC, on the clock the messages' visibility was set with.
+            coalesce_s: messages becoming visible within this many seconds of the next
+                one are received together (a trickle of due messages becomes batches
+                instead of one receive per message).
+
+        Side effects: one query per wake-up (`next_visible`); a dedicated LISTEN
+        connection, opened on first use (`close()` closes it). A database that cannot be
+        reached makes this a plain sleep of `timeout_s`: the next receive reports it.
+        """
+        if self._listener is None:
+            self._listener = Listener(self._engine, queue_messages.NOTIFY_CHANNEL)
+        spent = 0.0  # counted, not read off a clock (see Listener.wait)
+        try:
+            self._listener.drain()  # before reading: a send committed after it wakes us
+            budget = self._wait_s(now, timeout_s, coalesce_s)
+            while budget > 0 and not stop.is_set():
+                slice_s = min(budget, SLICE_S)
+                woke = self._listener.wait(slice_s, stop, payload=self.name)
+                budget -= slice_s
+                spent += slice_s
+                if woke:  # a send: its message may be visible sooner than the one awaited
+                    later = now + timedelta(seconds=spent)
+                    budget = min(budget, self._wait_s(later, timeout_s - spent, coalesce_s))
+        except (OperationalError, InterfaceError) as exc:
+            log.debug("waiting for messages by polling (the database failed: %s)", exc)
+            stop.wait(max(0.0, timeout_s - spent))
+
+    def _wait_s(self, now: datetime, timeout_s: float, coalesce_s: float) -> float:
+        with self._engine.connect() as conn:
+            next_visible = queue_messages.next_visible(conn, queue=self.name)
+        if next_visible is None:
+            return max(0.0, timeout_s)
+        until = (next_visible - now).total_seconds()
+        return min(max(0.0, timeout_s), max(0.0, until) + coalesce_s)
+
+    def close(self) -> None:
+        """Close the LISTEN connection, if `wait_for_messages` opened one."""
+        if self._listener is not None:
+            self._listener.close()
 
     def check(self) -> None:
         """Nothing to check: the table comes with the migrations, and any name is a queue
@@ -47,6 +102,7 @@ class PostgresQueue:
                 queue_messages.send_many(
                     conn, queue=self.name, bodies=bodies, delays_s=delays_s, now=now
                 )
+                queue_messages.notify(conn, queue=self.name)
         except OperationalError as exc:
             raise InfrastructureError(f"queue send failed: {exc}") from exc
 
@@ -141,6 +197,8 @@ class PostgresQueue:
             moved = queue_messages.redrive(
                 conn, queue=self.name, ids=[int(i) for i in message_ids], now=now
             )
+            if moved:
+                queue_messages.notify(conn, queue=self.name)
         return [str(i) for i in moved]
 
     def delete_dead_letters(self, message_ids: Sequence[str] | None) -> list[str]:

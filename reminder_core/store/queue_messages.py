@@ -209,3 +209,22 @@ def purge_dead(conn: Connection, *, queue: str) -> list[int]:
     """Delete every dead letter of the queue (`queue_message_purge_dead`); returns their
     ids."""
     return list(conn.execute(query("queue_message_purge_dead"), {"queue": queue}).scalars())
+
+
+#: The LISTEN/NOTIFY channel of every PostgreSQL queue; the payload names the queue.
+NOTIFY_CHANNEL = "reminders_queue_messages"
+
+
+def next_visible(conn: Connection, *, queue: str) -> datetime | None:
+    """When the queue's next message becomes visible (aware UTC; at or before now when
+    one is visible already), None when it holds none (`queue_message_next_visible`)."""
+    value: datetime | None = conn.execute(
+        query("queue_message_next_visible"), {"queue": queue}
+    ).scalar_one()
+    return value
+
+
+def notify(conn: Connection, *, queue: str) -> None:
+    """Tell the queue's receivers, at commit, that messages were sent
+    (`queue_message_notify`; PostgreSQL NOTIFY on NOTIFY_CHANNEL)."""
+    conn.execute(query("queue_message_notify"), {"channel": NOTIFY_CHANNEL, "queue": queue})

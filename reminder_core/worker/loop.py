@@ -95,7 +95,14 @@ def run_loop(
         return
     beat = HEARTBEAT.labels(workload=service.name)
     duration = TICK_DURATION.labels(workload=service.name)
+    # A service may wait for its own work (`wait_for_work(stop, timeout_s)`: the sender
+    # wakes when its queue's next message becomes visible or new ones are sent) instead
+    # of sleeping out the poll interval; never after a failing tick (that is a backoff).
+    waiter: Callable[[threading.Event, float], None] | None = getattr(
+        service, "wait_for_work", None
+    )
     while not stop.is_set():
+        idle_wait: Callable[[threading.Event, float], None] | None = None
         hb.tick_started_at = clock()
         beat.set(hb.tick_started_at.timestamp())
         started = time.monotonic()
@@ -123,12 +130,17 @@ def run_loop(
                 TICK_FAILURES.labels(workload=service.name).inc()
                 hb.consecutive_failures += 1
             wait = 0.0 if result.more else poll_interval_s
+            idle_wait = waiter
             if result.processed:
                 log.debug("%s tick: %s", service.name, result.counts)
         hb.last_tick_at = clock()
         beat.set(hb.last_tick_at.timestamp())
-        if wait and stop.wait(wait):
-            break
+        if not wait:
+            continue
+        if idle_wait is not None:
+            idle_wait(stop, wait)  # returns when work may be there, on stop, or after `wait`
+        else:
+            stop.wait(wait)
 
 
 def start_loops(

@@ -104,3 +104,14 @@ RETURNING id;
 DELETE FROM queue_messages
 WHERE queue_name = :queue AND dead_lettered
 RETURNING id;
+
+-- name: queue_message_next_visible
+-- When the next message of the queue becomes visible (now or earlier: one is visible);
+-- NULL when the queue holds none. Served by ix_queue_messages_visible.
+SELECT min(visible_at) AS next_visible FROM queue_messages
+WHERE queue_name = :queue AND NOT dead_lettered;
+
+-- name: queue_message_notify
+-- Wake the queue's receivers (PostgresQueue.wait_for_messages) when this transaction
+-- commits; NOTIFY payloads are folded, one per channel and payload per transaction.
+SELECT pg_notify(:channel, :queue);
