@@ -40,11 +40,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+## Every benchmark, then one table of their figures against issue 15's targets.
+BENCH_OUT ?= .bench
 bench: $(STAMP)
+	mkdir -p $(BENCH_OUT)
 	$(BIN)/python bench/claim_throughput.py
 	$(BIN)/python bench/next_occurrence.py
-	PYTHONPATH=. $(BIN)/python bench/end_to_end.py
-	PYTHONPATH=. $(BIN)/python bench/api_load.py
+	PYTHONPATH=. $(BIN)/python bench/end_to_end.py --json $(BENCH_OUT)/end_to_end.json
+	PYTHONPATH=. $(BIN)/python bench/api_load.py --repeat 2 --json $(BENCH_OUT)/api_load.json
+	PYTHONPATH=. $(BIN)/python bench/latency.py --json $(BENCH_OUT)/latency.json
+	bash bench/first_run.sh
+	$(BIN)/python bench/summary.py $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

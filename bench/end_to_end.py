@@ -424,6 +424,7 @@ def main() -> None:
         help="configure JSON logging at this level in the senders (stderr; redirect it);"
         " default: logging not configured (only WARNING and up reach stderr)",
     )
+    parser.add_argument("--json", type=Path, help="also write the figures here (make bench)")
     parser.add_argument(
         "--pg-limit",
         type=Path,
@@ -457,6 +458,9 @@ def main() -> None:
         )
         print(f"raw-SQL reference (same row mutations, set-based): {raw:8,.0f}/s")
         limit = pg_limit_rate(url, args.pg_limit)
+        figures: dict[str, list[float]] = {"raw_sql_per_s": [raw]}
+        if limit:
+            figures["pg_limit_per_s"] = [limit]
         if limit:
             print(f"../shared/bench/pg_limit.py whole pipeline (raw SQL):  {limit:8,.0f}/s"
                   "   (issue 15: in-process >= 0.5 x this)")  # fmt: skip
@@ -479,6 +483,16 @@ def main() -> None:
                                 "batch end": BATCH_END}[mode]  # fmt: skip
                     run = run_pipeline(engine, url, profiles, n, flush_interval_s=interval, **shape)
                     runs[mode].append(run)
+                    if mode == "streaming":
+                        kind = "http" if http else "in_process"
+                        figures.setdefault(f"{kind}_batch{batch}_per_s", []).append(run.rate)
+                        figures.setdefault(f"{kind}_batch{batch}_cpu_us", []).append(
+                            sum(run.cpu_us.values())
+                        )
+                        if limit:
+                            figures.setdefault(f"{kind}_batch{batch}_x_pg_limit", []).append(
+                                run.rate / limit
+                            )
                     versus = f", {run.rate / limit:.2f} x pg_limit" if limit else ""
                     print(f"end to end, {label}, completion {mode:>9}: {run.rate:8,.0f}/s"
                           f"   ratio {run.rate / raw:.3f}{versus}"
@@ -495,6 +509,8 @@ def main() -> None:
                 ]
                 print(f"    streaming / batch-end completion: {pair_line(pairs, args.repeat)}")
         engine.dispose()
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
     finally:
         fake.terminate()
         fake.wait(10)

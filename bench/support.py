@@ -121,6 +121,10 @@ def percentile(values: list[float], q: float) -> float:
 
 def spread(values: list[float]) -> str:
     """'median (min-max)' of repeated figures, for a machine whose speed drifts."""
+
+    def shown(v: float) -> str:
+        return f"{v:,.2f}" if abs(v) < 10 else f"{v:,.0f}"
+
     if len(values) == 1:
-        return f"{values[0]:,.0f}"
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+        return shown(values[0])
+    return f"{shown(statistics.median(values))} ({shown(min(values))}-{shown(max(values))})"

@@ -5,15 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
 
+from reminder_core.clock import utcnow
+from reminder_core.db.listen import Listener
 from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import CLAIMS, CLAIMS_PER_TICK, PUBLISHED
 from reminder_core.outbox import publish_outbox_rows
 from reminder_core.queue import Queue
 from reminder_core.services import reminders as reminder_services
+from reminder_core.store import reminders as reminder_store
 from reminder_core.store.outbox import OutboxRow
 from reminder_core.worker.loop import TickResult
 
@@ -35,6 +41,9 @@ class Coordinator:
             messages are delayed until the due time.
         batch_size: most reminders claimed per tick.
         worker_id: written to `reminders.claimed_by`.
+        clock: the current time of `wait_for_work` (aware UTC).
+        coalesce_s: a woken coordinator waits this long past the instant it woke for, so
+            that reminders due together are claimed as one batch.
     """
 
     name = "coordinator"
@@ -47,7 +56,12 @@ class Coordinator:
         lookahead_s: float,
         batch_size: int,
         worker_id: str | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        coalesce_s: float = 0.02,
     ) -> None:
+        self._clock = clock
+        self.coalesce_s = coalesce_s
+        self._listener = Listener(engine, reminder_store.DUE_CHANNEL)
         self._engine = engine
         self._queue = queue
         self.lookahead_s = lookahead_s
@@ -73,6 +87,35 @@ class Coordinator:
             return reminder_services.claim_due(
                 conn, horizon=horizon, now=now, limit=self.batch_size, worker=self.worker_id
             )
+
+    def wait_for_work(self, stop: threading.Event, timeout_s: float) -> None:
+        """Wait after a tick that claimed all that was due (the worker loop calls it):
+        until the next pending reminder comes within `lookahead_s` (+ `coalesce_s`), or a
+        reminder written due within DUE_SOON_S is NOTIFYed (the API's create, change and
+        resume), at most `timeout_s` seconds; returns early when `stop` is set. A
+        reminder created for "now" is so claimed within milliseconds instead of at the
+        next poll (issue 15). The database unreachable: a plain sleep (the next tick
+        reports it)."""
+        now = self._clock()
+
+        def wait_s(spent: float) -> float:
+            with self._engine.connect() as conn:
+                due = reminder_services.next_due(conn)
+            if due is None:
+                return timeout_s
+            claimable_at = due - timedelta(seconds=self.lookahead_s)
+            until = (claimable_at - (now + timedelta(seconds=spent))).total_seconds()
+            return max(0.0, until) + self.coalesce_s
+
+        try:
+            self._listener.wait_until(stop, timeout_s=timeout_s, wait_s=wait_s)
+        except (OperationalError, InterfaceError) as exc:
+            log.debug("waiting for due reminders by polling (the database failed: %s)", exc)
+            stop.wait(timeout_s)
+
+    def close(self) -> None:
+        """Close the LISTEN connection `wait_for_work` opened, if any."""
+        self._listener.close()
 
     def run_once(self, now: datetime) -> TickResult:
         """Claim one batch, then publish it. A failed publish is left to the sweeper (the

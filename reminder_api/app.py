@@ -81,6 +81,7 @@ def create_app(
     app.add_middleware(
         LoadShedding,
         max_in_flight=settings.api_max_in_flight,
+        max_queued=settings.api_max_queued,
         queue_timeout_s=settings.api_queue_timeout_s,
         retry_after_s=settings.api_retry_after_s,
         exempt=OPERATIONS_PATHS,

@@ -3,9 +3,12 @@
 Without it, requests past what the process can work on wait for a worker thread and then
 for a pooled connection, each wait unbounded, until clients time out (issue 15: an
 open-loop 300 req/s left 3,647 of 6,000 requests waiting 30 s). With it, at most
-`max_in_flight` requests are worked on at once; one more waits up to `queue_timeout_s`
-for a slot and is otherwise answered at once with 503 problem+json and `Retry-After`
-(RFC 9110 §15.6.4, §10.2.3), which clients and load balancers retry elsewhere or later.
+`max_in_flight` requests are worked on at once and at most `max_queued` more wait for a
+slot, each up to `queue_timeout_s`; a request finding the queue full, or still waiting
+when its time is up, is answered at once with 503 problem+json and `Retry-After` (RFC
+9110 §15.6.4, §10.2.3), which clients and load balancers retry elsewhere or later. The
+queue keeps a burst of concurrent clients from being shed; its bound keeps overload from
+turning into latency: past it, shedding costs no wait at all.
 docs/design.md, "API capacity and overload".
 """
 
@@ -25,8 +28,9 @@ class LoadShedding:
 
     Args:
         max_in_flight: requests worked on at once (API_MAX_IN_FLIGHT).
-        queue_timeout_s: how long one more request may wait for a slot, seconds
-            (API_QUEUE_TIMEOUT_S; 0: shed at once).
+        max_queued: requests that may wait for a slot (API_MAX_QUEUED; 0: none).
+        queue_timeout_s: how long a queued request may wait for a slot, seconds
+            (API_QUEUE_TIMEOUT_S).
         retry_after_s: the `Retry-After` of a shed request, seconds.
         exempt: paths never held back nor shed (liveness, readiness, metrics: an
             orchestrator must see an overloaded process as alive and a scraper must see
@@ -40,12 +44,15 @@ class LoadShedding:
         app: ASGIApp,
         *,
         max_in_flight: int,
+        max_queued: int,
         queue_timeout_s: float,
         retry_after_s: int,
         exempt: Iterable[str] = (),
     ) -> None:
         self.app = app
+        self.max_queued = max_queued
         self.queue_timeout_s = queue_timeout_s
+        self._queued = 0
         self.retry_after_s = retry_after_s
         self.exempt = frozenset(exempt)
         self._slots = asyncio.Semaphore(max_in_flight)
@@ -72,14 +79,18 @@ class LoadShedding:
             self._slots.release()
 
     async def _admit(self) -> bool:
-        """Take a slot, waiting at most `queue_timeout_s`; False when none came free."""
+        """Take a slot: at once when one is free, else after queueing for at most
+        `queue_timeout_s` when fewer than `max_queued` wait; False (shed) otherwise."""
         if not self._slots.locked():
             await self._slots.acquire()  # free: returns without suspending
             return True
-        if self.queue_timeout_s <= 0:
+        if self._queued >= self.max_queued or self.queue_timeout_s <= 0:
             return False
+        self._queued += 1
         try:
             await asyncio.wait_for(self._slots.acquire(), self.queue_timeout_s)
         except TimeoutError:
             return False
+        finally:
+            self._queued -= 1
         return True

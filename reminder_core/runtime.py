@@ -194,6 +194,9 @@ def run_workload(
     try:
         return run_services([(service, poll_interval_s(settings))], settings)
     finally:
+        close_service = getattr(service, "close", None)  # e.g. the coordinator's LISTEN
+        if close_service is not None:
+            close_service()
         rt.close()
 
 

@@ -424,19 +424,28 @@ class Settings(BaseSettings):
         " scales pods).",
     )
     api_max_in_flight: int = Field(
-        default=8,
+        default=4,
         ge=1,
         le=10_000,
-        description="Requests one API process works on at once; more wait up to"
-        " API_QUEUE_TIMEOUT_S for a slot, then answer 503 with Retry-After (health,"
-        " readiness and metrics are never held back). Keep 2 x DB_POOL_SIZE above it, so that"
-        " readiness always finds a connection.",
+        description="Requests one API process works on at once; up to API_MAX_QUEUED more"
+        " wait for a slot (each up to API_QUEUE_TIMEOUT_S), the rest are answered 503 with"
+        " Retry-After (health, readiness and metrics are never held back). A request is"
+        " mostly CPU here and in the database: more in flight only lengthens the queues."
+        " Raise it when requests wait on a slow profile service. Keep 2 x DB_POOL_SIZE above"
+        " it, so that readiness always finds a connection.",
+    )
+    api_max_queued: int = Field(
+        default=16,
+        ge=0,
+        le=100_000,
+        description="Requests one API process lets wait for an in-flight slot; one more is"
+        " shed at once (503).",
     )
     api_queue_timeout_s: float = Field(
-        default=0.05,
+        default=0.5,
         ge=0,
         le=30,
-        description="Longest a request waits for an in-flight slot before it is shed (503).",
+        description="Longest a queued request waits for an in-flight slot before it is shed (503).",
     )
     api_retry_after_s: int = Field(
         default=1, ge=1, le=3600, description="Retry-After of a shed request (seconds)."

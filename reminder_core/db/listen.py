@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -67,6 +68,37 @@ class Listener:
             elif any(payload is None or p == payload for p in got):
                 return True
         return False
+
+    def wait_until(
+        self,
+        stop: threading.Event,
+        *,
+        timeout_s: float,
+        wait_s: Callable[[float], float],
+        payload: str | None = None,
+    ) -> None:
+        """Wait as long as `wait_s(0.0)` says (seconds), at most `timeout_s`; on each
+        notification (with `payload`, if given) ask `wait_s(spent)` again (`spent`: the
+        seconds waited so far) and keep the sooner of the two ends. Returns early when
+        `stop` is set.
+
+        `wait_s` reads the state the notifications announce (when the next message becomes
+        visible, when the next reminder is due); the pending notifications are dropped
+        before its first call, so a change committed after that call ends the wait.
+
+        Raises:
+            whatever `wait_s` raises (a database error: the caller decides).
+        """
+        self.drain()
+        spent = 0.0  # counted, not read off a clock (see `wait`)
+        budget = min(timeout_s, wait_s(0.0))
+        while budget > 0 and not stop.is_set():
+            slice_s = min(budget, SLICE_S)
+            woke = self.wait(slice_s, stop, payload=payload)
+            budget -= slice_s
+            spent += slice_s
+            if woke:
+                budget = min(budget, timeout_s - spent, wait_s(spent))
 
     def close(self) -> None:
         with self._lock:

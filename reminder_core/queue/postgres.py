@@ -14,7 +14,7 @@ import orjson
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from reminder_core.db.listen import SLICE_S, Listener
+from reminder_core.db.listen import Listener
 from reminder_core.errors import InfrastructureError
 from reminder_core.queue.base import DeadLetter, Message, QueueDepth
 from reminder_core.store import queue_messages
@@ -57,29 +57,20 @@ class PostgresQueue:
         """
         if self._listener is None:
             self._listener = Listener(self._engine, queue_messages.NOTIFY_CHANNEL)
-        spent = 0.0  # counted, not read off a clock (see Listener.wait)
+
+        def wait_s(spent: float) -> float:
+            with self._engine.connect() as conn:
+                next_visible = queue_messages.next_visible(conn, queue=self.name)
+            if next_visible is None:
+                return timeout_s
+            until = (next_visible - (now + timedelta(seconds=spent))).total_seconds()
+            return max(0.0, until) + coalesce_s
+
         try:
-            self._listener.drain()  # before reading: a send committed after it wakes us
-            budget = self._wait_s(now, timeout_s, coalesce_s)
-            while budget > 0 and not stop.is_set():
-                slice_s = min(budget, SLICE_S)
-                woke = self._listener.wait(slice_s, stop, payload=self.name)
-                budget -= slice_s
-                spent += slice_s
-                if woke:  # a send: its message may be visible sooner than the one awaited
-                    later = now + timedelta(seconds=spent)
-                    budget = min(budget, self._wait_s(later, timeout_s - spent, coalesce_s))
+            self._listener.wait_until(stop, timeout_s=timeout_s, wait_s=wait_s, payload=self.name)
         except (OperationalError, InterfaceError) as exc:
             log.debug("waiting for messages by polling (the database failed: %s)", exc)
-            stop.wait(max(0.0, timeout_s - spent))
-
-    def _wait_s(self, now: datetime, timeout_s: float, coalesce_s: float) -> float:
-        with self._engine.connect() as conn:
-            next_visible = queue_messages.next_visible(conn, queue=self.name)
-        if next_visible is None:
-            return max(0.0, timeout_s)
-        until = (next_visible - now).total_seconds()
-        return min(max(0.0, timeout_s), max(0.0, until) + coalesce_s)
+            stop.wait(timeout_s)
 
     def close(self) -> None:
         """Close the LISTEN connection, if `wait_for_messages` opened one."""

@@ -338,6 +338,11 @@ def _write(conn: Connection, changed: ReminderRecord, now: datetime) -> Reminder
 # --- Workers: claim, rescue, advance, replay ----------------------------------------------------
 
 
+def next_due(conn: Connection) -> datetime | None:
+    """When the next pending reminder is due (aware UTC), None when none is pending."""
+    return store.next_due(conn)
+
+
 def claim_due(
     conn: Connection, *, horizon: datetime, now: datetime, limit: int, worker: str
 ) -> list[OutboxRow]:

@@ -160,7 +160,7 @@ def insert(conn: Connection, new: NewReminder, *, now: datetime) -> ReminderReco
             over 1,000 characters); the caller validates first.
     """
     params = _binds(new, now=now)
-    return _one(conn.execute(query("reminder_insert"), params))
+    return _notify_if_due_soon(conn, _one(conn.execute(query("reminder_insert"), params)), now)
 
 
 def list_page(
@@ -196,7 +196,42 @@ def update(conn: Connection, changed: ReminderRecord, *, now: datetime) -> Remin
     that only the store sets (user_id, template, the idempotency key, created_at) are
     not written."""
     params = _binds(changed, status=changed.status.value, now=now)
-    return _one(conn.execute(query("reminder_update"), params))
+    return _notify_if_due_soon(conn, _one(conn.execute(query("reminder_update"), params)), now)
+
+
+#: LISTEN/NOTIFY channel that wakes the coordinators (Coordinator.wait_for_work).
+DUE_CHANNEL = "reminders_due"
+#: A reminder written due within this many seconds wakes the coordinators at commit; one
+#: due later is claimed in time by their regular ticks (LOOKAHEAD_S ahead, at least once
+#: per COORDINATOR_POLL_INTERVAL_S).
+DUE_SOON_S = 10.0
+
+
+def _notify_if_due_soon(
+    conn: Connection, written: ReminderRecord | None, now: datetime
+) -> ReminderRecord | None:
+    if (
+        written is not None
+        and written.status == ReminderStatus.PENDING
+        and written.next_run_utc is not None
+        and (written.next_run_utc - now).total_seconds() <= DUE_SOON_S
+    ):
+        due_notify(conn)
+    return written
+
+
+def due_notify(conn: Connection) -> None:
+    """Wake the coordinators when this transaction commits (`reminder_due_notify`;
+    PostgreSQL NOTIFY on DUE_CHANNEL). `insert` and `update` call it for a reminder they
+    write pending and due within DUE_SOON_S."""
+    conn.execute(query("reminder_due_notify"), {"channel": DUE_CHANNEL})
+
+
+def next_due(conn: Connection) -> datetime | None:
+    """When the next pending reminder is due (aware UTC), None when none is pending
+    (`reminder_next_due`)."""
+    value: datetime | None = conn.execute(query("reminder_next_due")).scalar_one()
+    return value
 
 
 def cancel(

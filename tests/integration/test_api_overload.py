@@ -8,6 +8,7 @@ PostgreSQL row lock that the test takes on the reminder the request changes.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -26,12 +27,14 @@ from tests.integration.api_support import NOW, PROBLEM_JSON, URL, Clock, bearer,
 QUEUE_TIMEOUT_S = 0.2
 
 
-@pytest.fixture
-def server(settings: Settings, db: Engine) -> Iterator[str]:
-    """The API with room for one request in flight, served on a free port."""
+@contextlib.contextmanager
+def serve(settings: Settings, db: Engine, *, max_queued: int) -> Iterator[str]:
+    """The API with room for one request in flight and `max_queued` waiting, served by
+    uvicorn on a free port."""
     tight = settings.model_copy(
         update={
             "api_max_in_flight": 1,
+            "api_max_queued": max_queued,
             "api_queue_timeout_s": QUEUE_TIMEOUT_S,
             "api_retry_after_s": 3,
         }
@@ -47,10 +50,18 @@ def server(settings: Settings, db: Engine) -> Iterator[str]:
     while not srv.started and time.monotonic() < deadline:
         time.sleep(0.01)
     assert srv.started
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@pytest.fixture
+def server(settings: Settings, db: Engine) -> Iterator[str]:
+    with serve(settings, db, max_queued=1) as url:
+        yield url
 
 
 def test_a_request_past_capacity_is_shed_at_once_and_health_still_answers(
@@ -144,3 +155,34 @@ def _wait_until_waiting_on_lock(db: Engine) -> None:
                 return
             time.sleep(0.01)
     raise AssertionError("the held request never waited on the row lock")
+
+
+def test_with_the_queue_full_a_request_is_shed_without_waiting(
+    settings: Settings, db: Engine
+) -> None:
+    token = bearer(mint_token(settings, "alice"))
+    with serve(settings, db, max_queued=0) as server:
+        rid = httpx.post(
+            f"{server}{URL}",
+            json={"title": "Tea", "start_local": "2029-06-02T09:00"},
+            headers=token,
+            timeout=10,
+        ).json()["id"]
+        with db.connect() as locker, ThreadPoolExecutor(1) as pool:
+            locker.execute(text("SELECT 1 FROM reminders WHERE id = :id FOR UPDATE"), {"id": rid})
+            held = pool.submit(
+                httpx.patch,
+                f"{server}{URL}/{rid}",
+                json={"title": "Tea!"},
+                headers=token,
+                timeout=30,
+            )
+            _wait_until_waiting_on_lock(db)
+            started = time.monotonic()
+            shed = httpx.get(f"{server}{URL}/{rid}", headers=token, timeout=10)
+            shed_after = time.monotonic() - started
+            locker.rollback()
+            assert held.result(timeout=30).status_code == 200
+    assert shed.status_code == 503, shed.text
+    assert shed.headers["retry-after"] == "3"
+    assert shed_after < QUEUE_TIMEOUT_S  # not queued: no slot was waited for

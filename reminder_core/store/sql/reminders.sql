@@ -321,3 +321,12 @@ FROM
      FROM reminders WHERE status = 'claimed' AND next_run_utc <= :now) AS c,
     (SELECT min(created_at) AS oldest, count(*) AS unpublished
      FROM outbox WHERE published_at IS NULL) AS o;
+
+-- name: reminder_next_due
+-- When the next pending reminder is due (NULL: none); served by ix_reminders_due.
+SELECT min(next_run_utc) AS next_due FROM reminders WHERE status = 'pending';
+
+-- name: reminder_due_notify
+-- Wake the coordinators (Coordinator.wait_for_work) when this transaction commits: a
+-- reminder written now is due within DUE_SOON_S.
+SELECT pg_notify(:channel, '');
