@@ -36,7 +36,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, text
 
-from bench.support import percentile, process_tree, rss_bytes, scratch_database
+from bench.support import free_port, percentile, process_tree, rss_bytes, scratch_database
 from reminder_core.db.session import make_engine
 
 #: RSS is compared after this many occurrences and at the end of the run.
@@ -109,7 +109,12 @@ def describe(name: str, values: list[float]) -> str:
     )
 
 
-def start_workloads(url: str, state: Path, senders: int) -> list[subprocess.Popen[bytes]]:
+def start_workloads(
+    mode: str, url: str, state: Path, senders: int
+) -> tuple[list[str], list[subprocess.Popen[bytes]]]:
+    """Start the system under test: "workloads" (a coordinator and `senders` senders, each
+    its own process) or "dev" (`reminders dev`: API and every workload in one process).
+    Returns the processes' names and the processes."""
     env = {
         **os.environ,
         "DATABASE_URL": url,
@@ -119,23 +124,102 @@ def start_workloads(url: str, state: Path, senders: int) -> list[subprocess.Pope
         "QUEUE_URL": "postgres://bench",
         "METRICS_PORT": "0",
     }
-    names = ["coordinator"] + ["sender"] * senders
+    if mode == "dev":
+        commands = [("dev", ["dev", "--port", str(free_port())])]
+    else:
+        commands = [("coordinator", ["coordinator"])] + [
+            (f"sender-{i}", ["sender"]) for i in range(1, senders + 1)
+        ]
     procs = []
-    for name in names:
-        log = (state / f"{name}-{len(procs)}.log").open("wb")
+    for name, argv in commands:
+        log = (state / f"{name}.log").open("wb")
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "reminders", name],
+                [sys.executable, "-m", "reminders", *argv],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
         )
-    return procs
+    return [name for name, _ in commands], procs
 
 
 def rss_all(procs: list[subprocess.Popen[bytes]]) -> list[int]:
     return [sum(rss_bytes(p) for p in process_tree(proc.pid)) for proc in procs]
+
+
+def run_mode(mode: str, args: argparse.Namespace, figures: dict[str, float]) -> None:
+    """Steady lag, burst drain and RSS growth of one system under test (`start_workloads`)
+    on its own scratch database; figures go into `figures` (prefixed "dev_" for dev)."""
+    with scratch_database("reminders_bench_lag") as url:
+        state = Path(tempfile.mkdtemp(prefix="bench-lag-"))
+        (state / "profiles.json").write_text(json.dumps(PROFILES))
+        engine = make_engine(url, pool_size=2)
+        names, procs = start_workloads(mode, url, state, args.senders)
+        tag = "" if mode == "workloads" else "dev_"
+        try:
+            time.sleep(3 if mode == "workloads" else 8)  # start (dev: migrate) and settle
+            shape = (
+                f"coordinator + {args.senders} senders (separate processes)"
+                if mode == "workloads"
+                else "`reminders dev` (API and every workload in one process)"
+            )
+            print(f"--- {shape}, file sink, PostgreSQL queue, shipped settings")
+            # Steady: due on a grid from 3 s from now.
+            n = int(args.rate * args.duration)
+            t0 = datetime.now(UTC) + timedelta(seconds=3)
+            insert_due(engine, [t0 + timedelta(seconds=i / args.rate) for i in range(n)])
+            samples: dict[str, list[int]] = {}
+
+            def on_total(total: int) -> None:
+                if total >= RSS_EARLY and "early" not in samples:
+                    samples["early"] = rss_all(procs)
+
+            wait_sent(engine, t0, n, args.duration + 120, on_total)
+            steady, _ = lags(engine, t0)
+            print(describe(f"steady {args.rate:.0f}/s for {args.duration:.0f} s", steady))
+            figures[f"{tag}steady_lag_p50_ms"] = percentile(steady, 0.5) * 1000
+            figures[f"{tag}steady_lag_p99_ms"] = percentile(steady, 0.99) * 1000
+            figures[f"{tag}steady_lag_max_ms"] = max(steady) * 1000
+
+            # Burst: all due at one instant, 3 s from now (claimed ahead by LOOKAHEAD_S).
+            burst_at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+            insert_due(engine, [burst_at] * args.burst)
+            wait_sent(engine, burst_at, args.burst, 600, on_total)
+            burst, last = lags(engine, burst_at)
+            assert last is not None
+            drain = (last - burst_at).total_seconds()
+            print(describe(f"burst of {args.burst:,} at one instant", burst))
+            print(
+                f"{'':<34} drained in {drain:.1f} s ({args.burst / drain:,.0f}/s) on the file sink"
+            )
+            figures[f"{tag}burst_file_drain_s"] = drain
+            delivered = n + args.burst
+            while mode == "workloads" and delivered < args.memory:
+                more = min(args.burst, args.memory - delivered)
+                at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+                insert_due(engine, [at] * more)
+                wait_sent(engine, at, more, 600, on_total)
+                delivered += more
+            late = rss_all(procs)
+            early = samples.get("early")
+            if early is not None and delivered >= 2 * RSS_EARLY:
+                for name, a, b in zip(names, early, late, strict=True):
+                    print(
+                        f"RSS {name:<12} {a / 2**20:6.0f} MiB after {RSS_EARLY:,} occurrences,"
+                        f" {b / 2**20:6.0f} MiB after {delivered:,} ({b / max(1, a) - 1:+.0%};"
+                        " issue 15: within 10%)"
+                    )
+                    figures[f"{tag}rss_growth_{name}_pct"] = (b / max(1, a) - 1) * 100
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            engine.dispose()
 
 
 def main() -> None:
@@ -155,77 +239,19 @@ def main() -> None:
         "--in-process", action=argparse.BooleanOptionalAction, default=True,
         help="also drain the burst with bench/end_to_end.py's in-process provider",
     )  # fmt: skip
+    parser.add_argument(
+        "--modes",
+        type=lambda v: v.split(","),
+        default=["workloads", "dev"],
+        help="systems under test, comma-separated: workloads (separate processes), dev"
+        " (`reminders dev`; steady and burst only) (default: both)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here (make bench)")
     args = parser.parse_args()
     figures: dict[str, float] = {}
 
-    with scratch_database("reminders_bench_lag") as url:
-        state = Path(tempfile.mkdtemp(prefix="bench-lag-"))
-        (state / "profiles.json").write_text(json.dumps(PROFILES))
-        engine = make_engine(url, pool_size=2)
-        procs = start_workloads(url, state, args.senders)
-        try:
-            time.sleep(3)  # the workloads start and settle
-            print(
-                f"workloads: coordinator + {args.senders} senders (separate processes), file"
-                f" sink in {state / 'mail'}, PostgreSQL queue, shipped settings"
-            )
-            # Steady: due on a grid from 3 s from now.
-            n = int(args.rate * args.duration)
-            t0 = datetime.now(UTC) + timedelta(seconds=3)
-            insert_due(engine, [t0 + timedelta(seconds=i / args.rate) for i in range(n)])
-            samples: dict[str, list[int]] = {}
-
-            def on_total(total: int) -> None:
-                if total >= RSS_EARLY and "early" not in samples:
-                    samples["early"] = rss_all(procs)
-
-            wait_sent(engine, t0, n, args.duration + 120, on_total)
-            steady, _ = lags(engine, t0)
-            print(describe(f"steady {args.rate:.0f}/s for {args.duration:.0f} s", steady))
-            figures["steady_lag_p50_ms"] = percentile(steady, 0.5) * 1000
-            figures["steady_lag_p99_ms"] = percentile(steady, 0.99) * 1000
-            figures["steady_lag_max_ms"] = max(steady) * 1000
-
-            # Burst: all due at one instant, 3 s from now (claimed ahead by LOOKAHEAD_S).
-            burst_at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
-            insert_due(engine, [burst_at] * args.burst)
-            wait_sent(engine, burst_at, args.burst, 600, on_total)
-            burst, last = lags(engine, burst_at)
-            assert last is not None
-            drain = (last - burst_at).total_seconds()
-            print(describe(f"burst of {args.burst:,} at one instant", burst))
-            print(
-                f"{'':<34} drained in {drain:.1f} s ({args.burst / drain:,.0f}/s) on the file sink"
-            )
-            figures["burst_file_drain_s"] = drain
-            delivered = n + args.burst
-            while delivered < args.memory:
-                more = min(args.burst, args.memory - delivered)
-                at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
-                insert_due(engine, [at] * more)
-                wait_sent(engine, at, more, 600, on_total)
-                delivered += more
-            late = rss_all(procs)
-            early = samples.get("early")
-            if early is not None and delivered >= 2 * RSS_EARLY:
-                names = ["coordinator"] + [f"sender-{i}" for i in range(1, args.senders + 1)]
-                for name, a, b in zip(names, early, late, strict=True):
-                    print(
-                        f"RSS {name:<12} {a / 2**20:6.0f} MiB after {RSS_EARLY:,} occurrences,"
-                        f" {b / 2**20:6.0f} MiB after {delivered:,} ({b / max(1, a) - 1:+.0%};"
-                        " issue 15: within 10%)"
-                    )
-                    figures[f"rss_growth_{name}_pct"] = (b / max(1, a) - 1) * 100
-        finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            engine.dispose()
+    for mode in args.modes:
+        run_mode(mode, args, figures)
 
     if args.in_process:
         from bench.end_to_end import in_process_drain

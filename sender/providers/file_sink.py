@@ -9,7 +9,7 @@ from pathlib import Path
 
 from reminder_core.errors import TransientDeliveryError
 from sender.providers.base import OutgoingEmail, SendReceipt
-from sender.providers.mime import build_mime, message_id
+from sender.providers.mime import MIME_POLICY, build_mime, message_id
 
 
 class FileSinkProvider:
@@ -37,11 +37,14 @@ class FileSinkProvider:
             return SendReceipt(provider=self.name, provider_message_id=msg_id)
         mime = build_mime(email, idempotency_key=idempotency_key, now=datetime.now(UTC))
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".eml")
+            try:
+                fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".eml")
+            except FileNotFoundError:  # the first email, or the directory was removed
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".eml")
             try:
                 with os.fdopen(fd, "wb") as fh:
-                    fh.write(bytes(mime))
+                    fh.write(mime.as_bytes(policy=MIME_POLICY))
                     fh.flush()
                     os.fsync(fh.fileno())
                 try:

@@ -33,7 +33,6 @@ import socket
 import ssl
 from collections.abc import Callable
 from datetime import UTC, datetime
-from email.policy import SMTP
 from email.utils import parseaddr
 from typing import Literal
 
@@ -44,13 +43,16 @@ from reminder_core.errors import (
 )
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
-from sender.providers.mime import DEFAULT_MESSAGE_ID_DOMAIN, address_domain, build_mime
+from sender.providers.mime import (
+    DEFAULT_MESSAGE_ID_DOMAIN,
+    MIME_POLICY,
+    address_domain,
+    build_mime,
+)
 
-#: CRLF line ends (RFC 5321 §2.3.8); headers folded only past RFC 5322 §2.1.1's hard
-#: limit of 998 characters, so the Message-ID (key + domain, often past the 78 of the
-#: SHOULD) stays on its own line: a folded msg-id is read back with leading whitespace
-#: by some parsers (Python's email package among them).
-SMTP_POLICY = SMTP.clone(max_line_length=998)
+#: CRLF line ends (RFC 5321 §2.3.8); headers folded at RFC 5322 §2.1.1's 78 characters,
+#: but the Message-ID (key + domain, often past 78) is written whole (see MIME_POLICY).
+SMTP_POLICY = MIME_POLICY.clone(linesep="\r\n")
 
 StartTls = Literal["required", "opportunistic", "off"]
 #: Where in the transaction a reply or failure happened (see `classify_smtp_reply`).
