@@ -12,7 +12,7 @@
 set -euo pipefail
 repo=$(pwd)
 work=$(mktemp -d)
-trap 'kill "${dev_pid:-0}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'pkill -TERM -f "reminders dev --port ${port:-0}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 if [[ "${1:-}" == "--cold" ]]; then
   uv_cache=$(mktemp -d)
   export UV_CACHE_DIR=$uv_cache
@@ -40,7 +40,9 @@ installed=${installed:-$ready}
 printf '%-44s %6.1f s\n' "make dev: install (uv)" "$(echo "$installed - $start" | bc)"
 printf '%-44s %6.1f s\n' "make dev: install to API answering /healthz" "$(echo "$ready - $installed" | bc)"
 printf '%-44s %6.1f s   (target <= 30 s)\n' "make dev: fresh clone to API answering" "$(echo "$ready - $start" | bc)"
-kill -INT "$dev_pid"; wait "$dev_pid" 2>/dev/null || true; dev_pid=0
+# A background job ignores SIGINT in a non-interactive shell: stop `reminders dev` itself.
+pkill -TERM -f "reminders dev --port $port" || true
+wait "$dev_pid" 2>/dev/null || true; dev_pid=0
 for cmd in "--help" "api --help" "dev --help" "token --help" "dlq --help" "status --help" "migrate --help"; do
   best=""
   for _ in 1 2 3; do
