@@ -44,7 +44,7 @@ typecheck: $(STAMP)
 BENCH_OUT ?= .bench
 bench: $(STAMP)
 	mkdir -p $(BENCH_OUT)
-	$(BIN)/python bench/claim_throughput.py
+	PYTHONPATH=. $(BIN)/python bench/claim_throughput.py
 	$(BIN)/python bench/next_occurrence.py
 	PYTHONPATH=. $(BIN)/python bench/end_to_end.py --json $(BENCH_OUT)/end_to_end.json
 	PYTHONPATH=. $(BIN)/python bench/api_load.py --repeat 2 --json $(BENCH_OUT)/api_load.json

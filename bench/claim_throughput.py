@@ -10,23 +10,18 @@ and a scratch database that it drops afterwards.
 from __future__ import annotations
 
 import argparse
-import os
-import secrets
 import statistics
-import tempfile
 import time
 from datetime import UTC, datetime
 from importlib import resources
-from pathlib import Path
 
 import psycopg
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
+from bench.support import scratch_database
 from coordinator.service import Coordinator
-from reminder_core.db.embedded import embedded_database_url
-from reminder_core.db.migrate import upgrade
-from reminder_core.db.session import make_engine, normalize_url
+from reminder_core.db.session import make_engine
 from reminder_core.queue import PostgresQueue
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
@@ -114,19 +109,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     args = parser.parse_args()
 
-    admin_url = os.environ.get("DATABASE_URL")
-    admin_url = (
-        normalize_url(admin_url)
-        if admin_url
-        else embedded_database_url(Path(tempfile.mkdtemp(prefix="bench-")))
-    )
-    name = f"reminders_bench_{secrets.token_hex(3)}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        upgrade(url)
+    with scratch_database() as url:
         engine = make_engine(url, pool_size=2)
         print(f"claiming {args.reminders} due reminders in batches of {args.batch}")
         raw = bench_raw(engine, url, args.reminders, args.batch)
@@ -134,10 +117,6 @@ def main() -> None:
         print(f"ratio ours/raw: {ours / raw:.2f}")
         print(f"(for scale: 10M reminders/day is {10_000_000 / 86400:.0f}/s)")
         engine.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

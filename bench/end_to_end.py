@@ -27,7 +27,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import secrets
 import socket
 import statistics
 import subprocess
@@ -42,14 +41,12 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
 from bench.support import cpu_seconds, cpu_used, postgres_pids, scratch_database
 from coordinator.service import Coordinator
-from reminder_core.db.embedded import embedded_database_url
-from reminder_core.db.migrate import upgrade
-from reminder_core.db.session import make_engine, normalize_url
+from reminder_core.db.session import make_engine
 from reminder_core.logging import configure_logging
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
@@ -433,90 +430,82 @@ def main() -> None:
         " the pipeline; skipped when the file is not there",
     )
     args = parser.parse_args()
-    admin = os.environ.get("DATABASE_URL")
-    admin = (
-        normalize_url(admin)
-        if admin
-        else embedded_database_url(Path(tempfile.mkdtemp(prefix="bench-")))
-    )
-    name = f"reminders_bench_{secrets.token_hex(3)}"
-    admin_engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with admin_engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin).set(database=name).render_as_string(hide_password=False)
     fake, fake_url = start_fake_provider()
-    try:
-        upgrade(url)
-        engine = make_engine(url, pool_size=2)
-        profiles = Path(tempfile.mkdtemp()) / "profiles.json"
-        profiles.write_text(json.dumps({"bench": {"email": "b@example.com", "timezone": "UTC"}}))
-        n = args.reminders
-        raw = run_raw(engine, url, n)
-        print(
-            f"{n} one-time occurrences per run; processes: 1 coordinator + {args.senders}"
-            f" senders; {os.cpu_count()} CPUs shared with PostgreSQL"
-        )
-        print(f"raw-SQL reference (same row mutations, set-based): {raw:8,.0f}/s")
-        limit = pg_limit_rate(url, args.pg_limit)
-        figures: dict[str, list[float]] = {"raw_sql_per_s": [raw]}
-        if limit:
-            figures["pg_limit_per_s"] = [limit]
-        if limit:
-            print(f"../shared/bench/pg_limit.py whole pipeline (raw SQL):  {limit:8,.0f}/s"
-                  "   (issue 15: in-process >= 0.5 x this)")  # fmt: skip
-        for batch in args.batch:
-            default = " (the default)" if batch == DEFAULTS.sender_batch_size else ""
-            print(f"-- SENDER_BATCH_SIZE={batch}{default}")
-            for label, http in (("in-process provider", False), ("fake provider over HTTP", True)):
-                if ("http" if http else "in-process") not in args.providers:
-                    continue
-                shape = dict(
-                    senders=args.senders, batch=batch, log_level=args.log_level,
-                    concurrency=args.concurrency if http else 1,
-                    provider_url=fake_url if http else None,
-                    extra_pids=(fake.pid,) if http else (),
-                )  # fmt: skip
-                target = "1,500" if http else "5,000"
-                runs: dict[str, list[Run]] = {"streaming": [], "batch end": []}
-                for mode in modes_in_order(args.repeat):
-                    interval = {"streaming": DEFAULTS.sender_flush_interval_s,
-                                "batch end": BATCH_END}[mode]  # fmt: skip
-                    run = run_pipeline(engine, url, profiles, n, flush_interval_s=interval, **shape)
-                    runs[mode].append(run)
-                    if mode == "streaming":
-                        kind = "http" if http else "in_process"
-                        figures.setdefault(f"{kind}_batch{batch}_per_s", []).append(run.rate)
-                        figures.setdefault(f"{kind}_batch{batch}_cpu_us", []).append(
-                            sum(run.cpu_us.values())
+    with scratch_database() as url:
+        try:
+            run_all(args, url, fake, fake_url)
+        finally:
+            fake.terminate()
+            fake.wait(10)
+
+
+def run_all(
+    args: argparse.Namespace, url: str, fake: subprocess.Popen[bytes], fake_url: str
+) -> None:
+    """Every configuration of `args` on the scratch database `url`, printed."""
+    engine = make_engine(url, pool_size=2)
+    profiles = Path(tempfile.mkdtemp()) / "profiles.json"
+    profiles.write_text(json.dumps({"bench": {"email": "b@example.com", "timezone": "UTC"}}))
+    n = args.reminders
+    raw = run_raw(engine, url, n)
+    print(
+        f"{n} one-time occurrences per run; processes: 1 coordinator + {args.senders}"
+        f" senders; {os.cpu_count()} CPUs shared with PostgreSQL"
+    )
+    print(f"raw-SQL reference (same row mutations, set-based): {raw:8,.0f}/s")
+    limit = pg_limit_rate(url, args.pg_limit)
+    figures: dict[str, list[float]] = {"raw_sql_per_s": [raw]}
+    if limit:
+        figures["pg_limit_per_s"] = [limit]
+    if limit:
+        print(f"../shared/bench/pg_limit.py whole pipeline (raw SQL):  {limit:8,.0f}/s"
+              "   (issue 15: in-process >= 0.5 x this)")  # fmt: skip
+    for batch in args.batch:
+        default = " (the default)" if batch == DEFAULTS.sender_batch_size else ""
+        print(f"-- SENDER_BATCH_SIZE={batch}{default}")
+        for label, http in (("in-process provider", False), ("fake provider over HTTP", True)):
+            if ("http" if http else "in-process") not in args.providers:
+                continue
+            shape = dict(
+                senders=args.senders, batch=batch, log_level=args.log_level,
+                concurrency=args.concurrency if http else 1,
+                provider_url=fake_url if http else None,
+                extra_pids=(fake.pid,) if http else (),
+            )  # fmt: skip
+            target = "1,500" if http else "5,000"
+            runs: dict[str, list[Run]] = {"streaming": [], "batch end": []}
+            for mode in modes_in_order(args.repeat):
+                interval = {"streaming": DEFAULTS.sender_flush_interval_s,
+                            "batch end": BATCH_END}[mode]  # fmt: skip
+                run = run_pipeline(engine, url, profiles, n, flush_interval_s=interval, **shape)
+                runs[mode].append(run)
+                if mode == "streaming":
+                    kind = "http" if http else "in_process"
+                    figures.setdefault(f"{kind}_batch{batch}_per_s", []).append(run.rate)
+                    figures.setdefault(f"{kind}_batch{batch}_cpu_us", []).append(
+                        sum(run.cpu_us.values())
+                    )
+                    if limit:
+                        figures.setdefault(f"{kind}_batch{batch}_x_pg_limit", []).append(
+                            run.rate / limit
                         )
-                        if limit:
-                            figures.setdefault(f"{kind}_batch{batch}_x_pg_limit", []).append(
-                                run.rate / limit
-                            )
-                    versus = f", {run.rate / limit:.2f} x pg_limit" if limit else ""
-                    print(f"end to end, {label}, completion {mode:>9}: {run.rate:8,.0f}/s"
-                          f"   ratio {run.rate / raw:.3f}{versus}"
-                          f"   (target >= {target}/s)")  # fmt: skip
-                    print(f"    completer: {run.flush_line()}")
-                    parts = ", ".join(f"{k} {v:,.0f}" for k, v in run.cpu_us.items() if v)
-                    total = sum(run.cpu_us.values())
-                    print(f"    CPU per occurrence (µs): {parts}; total {total:,.0f}"
-                          f" -> at most {(os.cpu_count() or 1) * 1e6 / total:,.0f}/s on"
-                          f" {os.cpu_count()} cores")  # fmt: skip
-                pairs = [
-                    s.rate / b.rate
-                    for s, b in zip(runs["streaming"], runs["batch end"], strict=True)
-                ]
-                print(f"    streaming / batch-end completion: {pair_line(pairs, args.repeat)}")
-        engine.dispose()
-        if args.json:
-            args.json.write_text(json.dumps(figures, indent=2))
-    finally:
-        fake.terminate()
-        fake.wait(10)
-        with admin_engine.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin_engine.dispose()
+                versus = f", {run.rate / limit:.2f} x pg_limit" if limit else ""
+                print(f"end to end, {label}, completion {mode:>9}: {run.rate:8,.0f}/s"
+                      f"   ratio {run.rate / raw:.3f}{versus}"
+                      f"   (target >= {target}/s)")  # fmt: skip
+                print(f"    completer: {run.flush_line()}")
+                parts = ", ".join(f"{k} {v:,.0f}" for k, v in run.cpu_us.items() if v)
+                total = sum(run.cpu_us.values())
+                print(f"    CPU per occurrence (µs): {parts}; total {total:,.0f}"
+                      f" -> at most {(os.cpu_count() or 1) * 1e6 / total:,.0f}/s on"
+                      f" {os.cpu_count()} cores")  # fmt: skip
+            pairs = [
+                s.rate / b.rate for s, b in zip(runs["streaming"], runs["batch end"], strict=True)
+            ]
+            print(f"    streaming / batch-end completion: {pair_line(pairs, args.repeat)}")
+    engine.dispose()
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
-from reminder_api.schemas import DstPolicy, OccurrenceList, OccurrenceOut
+from reminder_api.schemas import DstPolicy, OccurrenceList, OccurrenceOut, ScheduleIn
 from reminder_core.domain.localtime import MAX_YEAR, MIN_YEAR, parse_start_local
 from reminder_core.domain.recurrence import Schedule, preview
 from reminder_core.domain.rrule import normalize_rrule_text
@@ -58,6 +58,21 @@ def parse_schedule(
         exdates=excluded,
         nonexistent=dst.nonexistent,
         ambiguous=dst.ambiguous,
+    )
+
+
+def parse_schedule_in(payload: ScheduleIn) -> StoredSchedule:
+    """`parse_schedule` of a create's or a preview's body (its `ScheduleIn` fields).
+
+    Raises:
+        InvalidSchedule: naming the field and the reason.
+    """
+    return parse_schedule(
+        start_local=payload.start_local,
+        all_day=payload.all_day,
+        rrule=payload.rrule,
+        exdates=payload.exdates,
+        dst=payload.dst,
     )
 
 

@@ -14,7 +14,7 @@ from reminder_api.deps import (
     reject_unknown_query,
 )
 from reminder_api.routes.reminders import zone_of
-from reminder_api.schedules import occurrence_list, parse_schedule
+from reminder_api.schedules import occurrence_list, parse_schedule_in
 from reminder_api.schemas import OccurrenceList, PreviewRequest
 from reminder_core.scheduling import accepted_schedule
 
@@ -32,13 +32,7 @@ def preview_occurrences(
     schedule (nothing is stored), each with its UTC instant, local wall time with offset
     and DST flags. Invalid input answers 422 as creating the reminder then would; `limit`
     and `from` are body members (a query parameter is refused)."""
-    stored = parse_schedule(
-        start_local=payload.start_local,
-        all_day=payload.all_day,
-        rrule=payload.rrule,
-        exdates=payload.exdates,
-        dst=payload.dst,
-    )
+    stored = parse_schedule_in(payload)
     zone = zone_of(ctx, user_id, payload.timezone)
     config = ctx.schedule_config
     after = payload.from_utc or ctx.clock()

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated
 from zoneinfo import ZoneInfo
@@ -23,7 +24,12 @@ from reminder_api.deps import (
     in_worker_thread,
     reject_unknown_query,
 )
-from reminder_api.schedules import format_local, occurrence_list, parse_schedule
+from reminder_api.schedules import (
+    format_local,
+    occurrence_list,
+    parse_schedule,
+    parse_schedule_in,
+)
 from reminder_api.schemas import (
     MAX_REQUEST_ID,
     DeliveryOut,
@@ -103,6 +109,12 @@ def require_profile(ctx: AppContext, user_id: str) -> Profile:
     return profile
 
 
+def zones_of(ctx: AppContext, user_id: str) -> Callable[[str | None], ZoneInfo]:
+    """`zone_of` for this user, as the services' `zone` argument (a changed or resumed
+    reminder's zone, known only once its new fields are)."""
+    return lambda timezone: zone_of(ctx, user_id, timezone)
+
+
 def zone_of(ctx: AppContext, user_id: str, timezone: str | None) -> ZoneInfo:
     """The fixed zone, else the user's profile zone.
 
@@ -159,13 +171,7 @@ def create_reminder(
             if existing is not None:
                 return _replay(existing, response)
 
-        stored = parse_schedule(
-            start_local=payload.start_local,
-            all_day=payload.all_day,
-            rrule=payload.rrule,
-            exdates=payload.exdates,
-            dst=payload.dst,
-        )
+        stored = parse_schedule_in(payload)
         profile = require_profile(ctx, user_id)
         zone = zone_for(payload.timezone, profile)
         assert zone is not None  # a profile always has a zone
@@ -352,7 +358,7 @@ def update_reminder(
             conn,
             r,
             _edit_of(payload, r, ctx),
-            zone=lambda timezone: zone_of(ctx, user_id, timezone),
+            zone=zones_of(ctx, user_id),
             now=ctx.clock(),
             config=ctx.schedule_config,
         )
@@ -476,7 +482,7 @@ def resume_reminder(
         r = services.resume(
             conn,
             _lock_current(conn, user_id, reminder_id, if_match),
-            zone=lambda timezone: zone_of(ctx, user_id, timezone),
+            zone=zones_of(ctx, user_id),
             now=ctx.clock(),
             config=ctx.schedule_config,
         )
