@@ -1,7 +1,7 @@
 """End-to-end delivery rate: coordinator → queue → sender → provider, on one database.
 
 Runs the workloads as they are deployed, as separate processes: one coordinator (claim +
-outbox + publish) and `--senders` senders with the shipped settings, and measures
+queue message) and `--senders` senders with the shipped settings, and measures
 occurrences per second from the start until every occurrence is `sent`, once per sender
 batch size in `--batch` (the default SENDER_BATCH_SIZE, then 500: the fixed cost of a
 batch weighs on small ones):
@@ -12,8 +12,8 @@ batch weighs on small ones):
     per sender;
 
 each beside a raw-SQL reference that performs the same row mutations per occurrence
-(claim, outbox insert and publish, queue insert, receive and delete, delivery insert and
-completion, reminder completion) with set-based statements on one connection. The claim
+(claim with its queue insert, receive and delete, delivery insert and completion,
+reminder completion) with set-based statements on one connection. The claim
 rate alone is bench/claim_throughput.py. Issue 4's targets on 2 cores: >= 5,000/s
 in-process and >= 1,500/s over HTTP.
 
@@ -214,6 +214,7 @@ def run_pipeline(
         "provider": list(extra_pids),
     }
     cpu_before = {k: cpu_seconds(v) for k, v in groups.items()}
+    wal_before = wal_lsn(engine)
     with engine.connect() as conn:
         while True:
             sent = conn.execute(
@@ -224,6 +225,7 @@ def run_pipeline(
                 break
             time.sleep(0.02)
     elapsed = time.perf_counter() - start
+    wal_bytes = wal_lsn(engine) - wal_before
     groups["postgres"] = sorted(set(groups["postgres"]) | set(postgres_pids()))
     cpu_us = {
         k: cpu_used(cpu_before.get(k, {}), cpu_seconds(v)) / n * 1e6 for k, v in groups.items()
@@ -232,17 +234,19 @@ def run_pipeline(
     flushes = [stats.get(timeout=60) for _ in range(senders)]
     for p in procs:
         p.join(30)
-    return Run(n / elapsed, cpu_us, flushes)
+    return Run(n / elapsed, cpu_us, flushes, wal_bytes / n)
 
 
 @dataclass(frozen=True)
 class Run:
-    """One pipeline run: occurrences/s, CPU µs per occurrence by kind of process, and
-    each sender's completer figures."""
+    """One pipeline run: occurrences/s, CPU µs per occurrence by kind of process, each
+    sender's completer figures, and the WAL PostgreSQL wrote per occurrence (bytes: what
+    the run's row writes cost the database, a figure the machine's speed does not move)."""
 
     rate: float
     cpu_us: dict[str, float]
     flushes: list[FlushStats]
+    wal_bytes: float = 0.0
 
     def flush_line(self) -> str:
         """Mean flush size, mean interval between flush starts (per sender) and mean
@@ -258,18 +262,15 @@ class Run:
 
 
 RAW_STEPS = [
-    # claim + outbox (the coordinator's statement)
+    # claim + queue message (the coordinator's statement on the PostgreSQL queue)
     """WITH due AS (SELECT id FROM reminders WHERE status = 'pending' AND next_run_utc <= now()
                     ORDER BY next_run_utc LIMIT %(b)s FOR UPDATE SKIP LOCKED),
             claimed AS (UPDATE reminders r SET status = 'claimed', claimed_by = 'raw',
                         claimed_at = now() FROM due WHERE r.id = due.id
                         RETURNING r.id, r.user_id, r.next_run_utc)
-       INSERT INTO outbox (payload) SELECT jsonb_build_object('reminder_id', id,
-              'run_time_utc', next_run_utc, 'user_id', user_id) FROM claimed""",
-    """WITH p AS (UPDATE outbox SET published_at = now() WHERE published_at IS NULL
-                  RETURNING payload)
-       INSERT INTO queue_messages (queue_name, body, visible_at) SELECT 'raw', payload, now()
-       FROM p""",
+       INSERT INTO queue_messages (queue_name, body, visible_at) SELECT 'raw',
+              jsonb_build_object('reminder_id', id, 'run_time_utc', next_run_utc,
+              'user_id', user_id), greatest(next_run_utc, now()) FROM claimed""",
     """UPDATE queue_messages SET receive_count = receive_count + 1,
               visible_at = now() + interval '60 s', receipt_handle = gen_random_uuid()
        WHERE id IN (SELECT id FROM queue_messages WHERE queue_name = 'raw'
@@ -288,8 +289,16 @@ RAW_STEPS = [
 ]
 
 
-def run_raw(engine: Engine, url: str, n: int) -> float:
+def wal_lsn(engine: Engine) -> int:
+    """The database cluster's current WAL position, in bytes (pg_current_wal_lsn)."""
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")).scalar_one())
+
+
+def run_raw(engine: Engine, url: str, n: int) -> tuple[float, float]:
+    """The raw-SQL reference's rate (occurrences/s) and WAL per occurrence (bytes)."""
     seed(engine, n)
+    wal_before = wal_lsn(engine)
     dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(dsn) as conn:
         start = time.perf_counter()
@@ -297,11 +306,12 @@ def run_raw(engine: Engine, url: str, n: int) -> float:
         while done < n:
             with conn.transaction():
                 for step in RAW_STEPS:
-                    conn.execute(step, {"b": RAW_BATCH})  # type: ignore[arg-type]
+                    conn.execute(step, {"b": RAW_BATCH})
             done = conn.execute(
                 "SELECT count(*) FROM reminders WHERE status = 'completed'"
             ).fetchone()[0]  # type: ignore[index]
-        return n / (time.perf_counter() - start)
+        rate = n / (time.perf_counter() - start)
+    return rate, (wal_lsn(engine) - wal_before) / n
 
 
 def start_fake_provider() -> tuple[subprocess.Popen[bytes], str]:
@@ -447,12 +457,13 @@ def run_all(
     profiles = Path(tempfile.mkdtemp()) / "profiles.json"
     profiles.write_text(json.dumps({"bench": {"email": "b@example.com", "timezone": "UTC"}}))
     n = args.reminders
-    raw = run_raw(engine, url, n)
+    raw, raw_wal = run_raw(engine, url, n)
     print(
         f"{n} one-time occurrences per run; processes: 1 coordinator + {args.senders}"
         f" senders; {os.cpu_count()} CPUs shared with PostgreSQL"
     )
-    print(f"raw-SQL reference (same row mutations, set-based): {raw:8,.0f}/s")
+    print(f"raw-SQL reference (same row mutations, set-based): {raw:8,.0f}/s"
+          f"   WAL {raw_wal:,.0f} bytes per occurrence")  # fmt: skip
     limit = pg_limit_rate(url, args.pg_limit)
     figures: dict[str, list[float]] = {"raw_sql_per_s": [raw]}
     if limit:
@@ -498,7 +509,9 @@ def run_all(
                 total = sum(run.cpu_us.values())
                 print(f"    CPU per occurrence (µs): {parts}; total {total:,.0f}"
                       f" -> at most {(os.cpu_count() or 1) * 1e6 / total:,.0f}/s on"
-                      f" {os.cpu_count()} cores")  # fmt: skip
+                      f" {os.cpu_count()} cores; WAL {run.wal_bytes:,.0f} bytes")  # fmt: skip
+                if mode == "streaming":
+                    figures.setdefault(f"{kind}_batch{batch}_wal_bytes", []).append(run.wal_bytes)
             pairs = [
                 s.rate / b.rate for s, b in zip(runs["streaming"], runs["batch end"], strict=True)
             ]

@@ -1,4 +1,5 @@
-"""Claim due reminders and write their outbox rows in one transaction, then publish."""
+"""Claim due reminders and write their outbox rows in one transaction, then publish; on the
+PostgreSQL queue, write their queue messages in the claim's transaction instead."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from reminder_core.db.listen import Listener
 from reminder_core.errors import InfrastructureError
 from reminder_core.metrics import CLAIMS, CLAIMS_PER_TICK, PUBLISHED
 from reminder_core.outbox import publish_outbox_rows
-from reminder_core.queue import Queue
+from reminder_core.queue import PostgresQueue, Queue
 from reminder_core.services import reminders as reminder_services
 from reminder_core.store import reminders as reminder_store
 from reminder_core.store.outbox import OutboxRow
@@ -34,9 +35,15 @@ def default_worker_id(kind: str) -> str:
 class Coordinator:
     """Claims due reminders (`FOR UPDATE SKIP LOCKED`) into the transactional outbox.
 
+    On the PostgreSQL queue in the coordinator's own database, the claim writes the queue
+    messages themselves in its transaction (`claim_due_to_queue`): the message row is the
+    outbox row, with nothing to publish afterwards (issue 15: three row writes and one
+    transaction fewer per occurrence). Any other queue (SQS) gets outbox rows, published
+    right after the commit, with the outbox sweeper as the safety net.
+
     Args:
         engine: database engine.
-        queue: where claimed occurrences are published right after commit (fast path).
+        queue: where claimed occurrences go.
         lookahead_s: claim reminders due up to this many seconds after `now`; their
             messages are delayed until the due time.
         batch_size: most reminders claimed per tick.
@@ -67,6 +74,12 @@ class Coordinator:
         self.lookahead_s = lookahead_s
         self.batch_size = batch_size
         self.worker_id = worker_id or default_worker_id(self.name)
+        #: The PostgreSQL queue whose table is in this database, by name: claims write
+        #: its messages in their own statement (None: outbox rows, then publish).
+        self.claim_queue: str | None = (
+            queue.name if isinstance(queue, PostgresQueue) and queue.in_database_of(engine)
+            else None
+        )  # fmt: skip
 
     def claim(self, now: datetime) -> list[OutboxRow]:
         """Claim due reminders and insert their outbox rows; commit.
@@ -117,15 +130,35 @@ class Coordinator:
         """Close the LISTEN connection `wait_for_work` opened, if any."""
         self._listener.close()
 
+    def claim_to_queue(self, now: datetime, queue: str) -> int:
+        """Claim due reminders and write their messages into the PostgreSQL queue `queue`
+        in one transaction; commit. Returns how many were claimed."""
+        horizon = now + timedelta(seconds=self.lookahead_s)
+        with self._engine.begin() as conn:
+            return reminder_services.claim_due_to_queue(
+                conn, horizon=horizon, now=now, limit=self.batch_size,
+                worker=self.worker_id, queue=queue,
+            )  # fmt: skip
+
     def run_once(self, now: datetime) -> TickResult:
         """Claim one batch, then publish it. A failed publish is left to the sweeper (the
         claims and their outbox rows are committed), and the tick says so: `failed` is
         "publish", which the loop counts as a failed tick (reminders_tick_failures_total,
-        `/readyz`), so that a queue the coordinator cannot reach shows.
+        `/readyz`), so that a queue the coordinator cannot reach shows. On the PostgreSQL
+        queue (`claim_queue`) the claim's commit is the publication.
 
         Metrics: reminders_claims_total, reminders_claims_per_tick,
-        reminders_outbox_published_total{path="fast"}.
+        reminders_outbox_published_total{path="fast"} (published right after the claim)
+        or {path="claim"} (written by the claim itself).
         """
+        if self.claim_queue is not None:
+            n = self.claim_to_queue(now, self.claim_queue)
+            CLAIMS.inc(n)
+            CLAIMS_PER_TICK.observe(n)
+            PUBLISHED.labels(path="claim").inc(n)
+            return TickResult(
+                processed=n, more=n >= self.batch_size, counts={"claimed": n, "published": n}
+            )
         claimed = self.claim(now)
         CLAIMS.inc(len(claimed))
         CLAIMS_PER_TICK.observe(len(claimed))

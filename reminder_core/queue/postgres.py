@@ -37,6 +37,12 @@ class PostgresQueue:
         self.max_receive_count = max_receive_count
         self._listener: Listener | None = None
 
+    def in_database_of(self, engine: Engine) -> bool:
+        """Whether this queue's table is in the database `engine` writes to (same URL),
+        so that a statement on `engine` can write its messages in its own transaction
+        (the coordinator's claim does: `services.reminders.claim_due_to_queue`)."""
+        return bool(engine.url == self._engine.url)
+
     def wait_for_messages(
         self, stop: threading.Event, *, timeout_s: float, now: datetime, coalesce_s: float
     ) -> None:

@@ -36,6 +36,7 @@ from reminder_core.scheduling import (
     schedule_of,
     stored_of,
 )
+from reminder_core.store import queue_messages
 from reminder_core.store import reminders as store
 from reminder_core.store.outbox import OutboxRow
 from reminder_core.store.reminders import (
@@ -350,6 +351,21 @@ def claim_due(
     `worker` at `now`, each with its outbox row written in the same statement
     (docs/design.md, "Claim and outbox"). Returns the outbox rows."""
     return store.claim_due(conn, horizon=horizon, now=now, limit=limit, worker=worker)
+
+
+def claim_due_to_queue(
+    conn: Connection, *, horizon: datetime, now: datetime, limit: int, worker: str, queue: str
+) -> int:
+    """pending → claimed, as `claim_due`, with each occurrence written straight into the
+    PostgreSQL queue `queue` (its `queue_messages` row is the outbox row: claim and
+    message commit together) and the queue's receivers woken at commit (NOTIFY).
+    Returns how many were claimed (docs/design.md, "Claim and outbox")."""
+    claimed = store.claim_due_to_queue(
+        conn, horizon=horizon, now=now, limit=limit, worker=worker, queue=queue
+    )
+    if claimed:
+        queue_messages.notify(conn, queue=queue)
+    return claimed
 
 
 def rescue_claimed(

@@ -267,6 +267,23 @@ def claim_due(
     return records(OutboxRow, rows, payload=dict)
 
 
+def claim_due_to_queue(
+    conn: Connection, *, horizon: datetime, now: datetime, limit: int, worker: str, queue: str
+) -> int:
+    """`claim_due` for the PostgreSQL queue in this database: the claimed occurrences go
+    straight into `queue_messages` as messages of `queue`, each visible at its due time
+    (`now`, aware UTC, when already due), in the claim's own statement
+    (`reminder_claim_due_to_queue`); no outbox row is written. The body is the outbox
+    payload's. Returns how many reminders were claimed (= messages written).
+    """
+    return int(
+        conn.execute(
+            query("reminder_claim_due_to_queue"),
+            {"horizon": horizon, "now": now, "limit": limit, "worker": worker, "queue": queue},
+        ).scalar_one()
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class RescuedClaim:
     """A reminder put back to `pending` by `rescue_claimed`, at the same occurrence

@@ -30,7 +30,7 @@ import random
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 from reminder_core.settings import Settings
+from reminder_core.store import reminders as reminder_store
 from reminder_core.tokens import mint_token
 from tests.support.rig import (
     APPS,
@@ -145,9 +146,12 @@ RACE_OCCURRENCES = 5000
 @pytest.mark.timeout(240)
 def test_replicas_race_and_each_occurrence_is_delivered_once(rig: Rig) -> None:
     """Two coordinators, two sweepers and four senders on 5,000 occurrences. The sweepers
-    get no grace (OUTBOX_GRACE_S=0), so they race the coordinators' fast path for the same
-    outbox rows and publish duplicate messages, which the senders race for. No reaper
-    runs: nothing may be lost in the first place."""
+    get no grace (OUTBOX_GRACE_S=0), so an outbox row would be raced for at once; on this
+    PostgreSQL queue the coordinators' claims write the messages themselves and leave the
+    sweepers nothing (their race for outbox rows is tests/integration/test_coordinator.py,
+    test_two_sweepers_publish_each_row_once). The coordinators race for the claims and
+    the senders for the messages. No reaper runs: nothing may be lost in the first
+    place."""
     rig.configure(OUTBOX_GRACE_S="0", SWEEPER_POLL_INTERVAL_S="0.2")
     rig.migrate()
     names = ("coordinator-1", "coordinator-2", "sweeper-1", "sweeper-2")
@@ -356,13 +360,19 @@ def _coordinator_in_flight(rig: Rig) -> dict[str, Any]:
 
 
 def _sweeper_in_flight(rig: Rig) -> dict[str, Any]:
-    """A coordinator killed between claim and publish leaves unpublished outbox rows; the
-    sweeper is republishing them (outbox rows locked, blocked on the queue table)."""
+    """Claims committed with unpublished outbox rows (what a coordinator on a queue outside
+    the database, SQS, leaves when killed between claim and publish; on this rig's
+    PostgreSQL queue the claim writes the messages itself, so the test makes the outbox
+    path's claim, `store.reminders.claim_due`); the sweeper is republishing them (outbox
+    rows locked, blocked on the queue table)."""
+    with rig.engine.begin() as conn:
+        claimed = reminder_store.claim_due(
+            conn, horizon=datetime.now(UTC) + timedelta(seconds=5), now=datetime.now(UTC),
+            limit=100, worker="coordinator@gone:1",
+        )  # fmt: skip
+    assert len(claimed) == SIGTERM_OCCURRENCES
     lock = TableLock(rig.engine, "queue_messages", "SHARE")
     try:
-        rig.start("coordinator")
-        wait_until(lambda: waiting_on_lock(rig.engine, APPS["coordinator"]), 30, "the publish")
-        rig.procs.kill("coordinator")
         rig.start("sweeper")
         wait_until(lambda: waiting_on_lock(rig.engine, APPS["sweeper"]), 30, "the republish")
         time.sleep(0.2)

@@ -67,3 +67,23 @@ def insert_sending_rows(
             ),
             {"t": run_time_utc, "attempts": attempt_count, "leases": json.dumps(leases)},
         )
+
+
+class ExternalQueue:
+    """A PostgreSQL queue as the coordinator sees SQS: a queue outside its database
+    (not a `PostgresQueue`), so claims take the outbox path (outbox rows, published after
+    the commit, swept when that fails) instead of writing messages in the claim.
+    Everything else is the wrapped queue's."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+class BrokenExternalQueue(ExternalQueue):
+    """An ExternalQueue whose sends fail (a queue outage)."""
+
+    def send_batch(self, *_args: object, **_kwargs: object) -> None:
+        raise ConnectionError("queue down")

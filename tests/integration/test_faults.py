@@ -11,6 +11,7 @@ occurrence recorded `failed` and a recurring reminder advanced; nothing stays `c
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -200,6 +201,7 @@ def test_replay_sends_a_dead_letter_once_and_never_resends_a_delivered_one(
     for _ in range(5):
         sender.run_once(clock.now)
         clock.now += timedelta(minutes=10)
+    (letter,) = queue.dead_letters(limit=10)
     maintenance = make_maintainer(db, queue, settings)
     maintenance.run_once(clock.now)
     with db.connect() as conn:
@@ -218,9 +220,9 @@ def test_replay_sends_a_dead_letter_once_and_never_resends_a_delivered_one(
         conn.execute(
             text(
                 "INSERT INTO queue_messages (queue_name, body, visible_at, dead_lettered,"
-                " dead_lettered_at) SELECT 'reminders', payload, :now, true, :now FROM outbox"
+                " dead_lettered_at) VALUES ('reminders', :body, :now, true, :now)"
             ),
-            {"now": clock.now},
+            {"now": clock.now, "body": json.dumps(letter.body)},
         )
     report = replay(db, queue, None, now=clock.now)
     assert (report.redriven, report.already_done) == (0, 1)

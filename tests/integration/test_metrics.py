@@ -32,7 +32,7 @@ from reminder_core.settings import Settings
 from reminder_core.worker.loop import Heartbeat
 from tests.integration.api_support import Clock as ApiClock
 from tests.integration.api_support import bearer, build_app
-from tests.integration.helpers import insert_due_reminders
+from tests.integration.helpers import ExternalQueue, insert_due_reminders
 from tests.support.maintenance import make_maintainer
 from tests.support.sending import Clock, CountingProvider, make_sender
 from tests.support.workloads import free_port
@@ -136,6 +136,7 @@ def test_coordinator_and_sweeper_count_claims_and_publications(db: Engine) -> No
     ticks = sample("reminders_claims_per_tick_count")
     per_tick = sample("reminders_claims_per_tick_sum")
     fast = sample("reminders_outbox_published_total", path="fast")
+    in_claim = sample("reminders_outbox_published_total", path="claim")
     swept = sample("reminders_outbox_published_total", path="sweeper")
     insert_due_reminders(db, 4, next_run_utc=NOW)
     coordinator = Coordinator(db, queue, lookahead_s=0, batch_size=3, worker_id="c")
@@ -145,7 +146,16 @@ def test_coordinator_and_sweeper_count_claims_and_publications(db: Engine) -> No
     assert sample("reminders_claims_total") - claims == 4
     assert sample("reminders_claims_per_tick_count") - ticks == 3
     assert sample("reminders_claims_per_tick_sum") - per_tick == 4
-    assert sample("reminders_outbox_published_total", path="fast") - fast == 4
+    # The PostgreSQL queue in the same database: the claim writes the messages itself.
+    assert sample("reminders_outbox_published_total", path="claim") - in_claim == 4
+    assert sample("reminders_outbox_published_total", path="fast") == fast
+    # A queue outside the database (as SQS): outbox rows, published after the commit.
+    insert_due_reminders(db, 2, next_run_utc=NOW)
+    outside = Coordinator(db, ExternalQueue(queue), lookahead_s=0, batch_size=3,  # type: ignore[arg-type]
+                          worker_id="c")  # fmt: skip
+    outside.run_once(NOW)
+    assert sample("reminders_outbox_published_total", path="fast") - fast == 2
+    assert sample("reminders_claims_total") - claims == 6
     # One row the fast path never published (a crash between commit and publish).
     with db.begin() as conn:
         conn.execute(text("INSERT INTO outbox (payload, created_at) VALUES (:p, :at)"),

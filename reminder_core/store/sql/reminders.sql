@@ -115,6 +115,45 @@ SELECT jsonb_build_object(
 FROM claimed
 RETURNING id, payload;
 
+-- name: reminder_claim_due_to_queue
+-- reminder_claim_due for the PostgreSQL queue (queue_messages, in this database): the
+-- claimed occurrences are written straight into the queue :queue, each visible at its due
+-- time (now when already due), in the claim's own statement. The message row is the
+-- outbox row: claim and message commit together, so there is nothing to publish, mark or
+-- expire (docs/design.md, "Claim and outbox"). Same body as reminder_claim_due's payload;
+-- its due/claimed CTEs are reminder_claim_due's, kept in step (tests/integration/
+-- test_coordinator.py runs every claim test on both).
+WITH due AS (
+    SELECT id
+    FROM reminders
+    WHERE status = 'pending' AND next_run_utc <= :horizon
+    ORDER BY next_run_utc
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE reminders AS r
+    SET status = 'claimed', claimed_by = :worker, claimed_at = :now, updated_at = :now
+    FROM due
+    WHERE r.id = due.id
+    RETURNING r.id, r.user_id, r.next_run_utc, r.version
+), sent AS (
+    INSERT INTO queue_messages (queue_name, body, visible_at, created_at)
+    SELECT :queue,
+           jsonb_build_object(
+               'reminder_id', claimed.id,
+               'run_time_utc', to_char(claimed.next_run_utc AT TIME ZONE 'UTC',
+                                       'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
+               'version', claimed.version,
+               'user_id', claimed.user_id
+           ),
+           greatest(claimed.next_run_utc, :now),
+           :now
+    FROM claimed
+    ORDER BY claimed.next_run_utc
+    RETURNING 1
+)
+SELECT count(*) AS claimed FROM sent;
+
 -- name: reminder_rescue_claimed
 -- Re-drive reminders claimed longer ago than :cutoff (their message was lost, or their
 -- sender died for good): back to pending with the same next_run_utc. The unique delivery
