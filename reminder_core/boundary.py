@@ -54,11 +54,12 @@ def expected_failure(exc: BaseException) -> tuple[int, list[str]] | None:
     Expected: settings that do not validate (one line per setting, named by its
     environment variable), a ConfigurationError (a ValueError raised while building the
     process from its settings, see `reminder_core.errors.configuration_errors`), an
-    InfrastructureError, and a database that refuses or cannot take the connection.
+    InfrastructureError, a database that refuses or cannot take the connection, and one
+    without the schema (never migrated, or by an older version: `reminders migrate`).
     """
     # Imported here, not at the top: `reminders --help` need not load SQLAlchemy.
     from pydantic import ValidationError
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import OperationalError, ProgrammingError
 
     from reminder_core.settings import Settings
 
@@ -71,6 +72,12 @@ def expected_failure(exc: BaseException) -> tuple[int, list[str]] | None:
     if isinstance(exc, OperationalError) and database_unavailable(exc):
         reason = one_line(str(exc.orig))
         return EXIT_UNAVAILABLE, [f"error: cannot use the database (DATABASE_URL): {reason}"]
+    if isinstance(exc, ProgrammingError) and schema_missing(exc):
+        reason = one_line(str(exc.orig)).split(" LINE ")[0]
+        return EXIT_CONFIGURATION, [
+            f"error: the database (DATABASE_URL) lacks the reminders schema ({reason}):"
+            " run `reminders migrate`"
+        ]
     return None
 
 
@@ -100,6 +107,17 @@ def database_unavailable(exc: OperationalError) -> bool:
     statement failed."""
     sqlstate = getattr(exc.orig, "sqlstate", None)
     return sqlstate is None or str(sqlstate).startswith(_UNAVAILABLE_SQLSTATES)
+
+
+#: SQLSTATEs of a statement naming a table or column the database does not have
+#: (undefined_table, undefined_column): a database never migrated, or migrated by an
+#: older version.
+_SCHEMA_MISSING_SQLSTATES = frozenset({"42P01", "42703"})
+
+
+def schema_missing(exc: BaseException) -> bool:
+    """True when the driver error says a table or column of the schema is not there."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in _SCHEMA_MISSING_SQLSTATES
 
 
 def one_line(text: str) -> str:

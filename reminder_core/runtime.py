@@ -27,6 +27,7 @@ from reminder_core.profiles import ProfileSource
 from reminder_core.queue import Queue, open_queue
 from reminder_core.settings import Settings
 from reminder_core.worker.loop import Heartbeat, Service, join_loops, start_loops
+from reminder_core.worker.registry import WorkerRegistry
 from reminder_core.worker.signals import install_stop_handlers
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,11 @@ def check_queue_at_start(queue: Queue, settings: Settings) -> None:
 
 
 def run_services(
-    loops: list[tuple[Service, float]], settings: Settings, stop: threading.Event | None = None
+    loops: list[tuple[Service, float]],
+    settings: Settings,
+    stop: threading.Event | None = None,
+    *,
+    engine: Engine | None = None,
 ) -> int:
     """Run workload loops in this process until SIGTERM/SIGINT; return an exit status.
 
@@ -143,6 +148,8 @@ def run_services(
 
     Args:
         stop: the event the signals set; pass the one the services watch, if any.
+        engine: where the loops' heartbeat rows go (`reminder_core.worker.registry`:
+            every WORKER_HEARTBEAT_INTERVAL_S, marked stopped at exit); None: none.
     """
     stop = stop or threading.Event()
     install_stop_handlers(stop)
@@ -152,23 +159,43 @@ def run_services(
         serve_worker_metrics(settings, threads, heartbeats)
     except OSError:
         return 1  # logged
-    threads.extend(start_loops(loops, stop, heartbeats))
+    loop_threads = start_loops(loops, stop, heartbeats)
+    threads.extend(loop_threads)
+    registry = start_registry(engine, heartbeats, settings)
     names = ", ".join(s.name for s, _ in loops)
     log.info("running %s; SIGTERM or Ctrl-C to stop", names)
-    while not stop.wait(1.0):
-        if not any(t.is_alive() for t in threads):
-            log.error("every loop has exited; stopping")
-            return 1
-    stuck = join_loops(threads, settings.shutdown_grace_s)
-    if stuck:
-        log.warning(
-            "hard stop after %.0fs grace; still running: %s",
-            settings.shutdown_grace_s,
-            ", ".join(stuck),
-        )
-        hard_exit(1)
-    log.info("stopped cleanly")
-    return 0
+    try:
+        while not stop.wait(1.0):
+            if not any(t.is_alive() for t in loop_threads):
+                log.error("every loop has exited; stopping")
+                return 1
+        stuck = join_loops(threads, settings.shutdown_grace_s)
+        if stuck:
+            log.warning(
+                "hard stop after %.0fs grace; still running: %s",
+                settings.shutdown_grace_s,
+                ", ".join(stuck),
+            )
+            if registry is not None:
+                registry.close()
+            hard_exit(1)
+        log.info("stopped cleanly")
+        return 0
+    finally:
+        if registry is not None:
+            registry.close()
+
+
+def start_registry(
+    engine: Engine | None, heartbeats: dict[str, Heartbeat], settings: Settings
+) -> WorkerRegistry | None:
+    """Start writing the heartbeat rows of the loops in `heartbeats` (None without an
+    engine); the caller closes it at exit (`WorkerRegistry.close`)."""
+    if engine is None:
+        return None
+    registry = WorkerRegistry(engine, heartbeats, interval_s=settings.worker_heartbeat_interval_s)
+    registry.start()
+    return registry
 
 
 def run_workload(
@@ -192,7 +219,7 @@ def run_workload(
         rt = open_runtime(settings, application_name=application_name, check_queue=True)
         service = build(rt)
     try:
-        return run_services([(service, poll_interval_s(settings))], settings)
+        return run_services([(service, poll_interval_s(settings))], settings, engine=rt.engine)
     finally:
         close_service = getattr(service, "close", None)  # e.g. the coordinator's LISTEN
         if close_service is not None:

@@ -212,6 +212,29 @@ class Settings(BaseSettings):
         ge=0,
         description="`reminders status`: a shared breaker open longer than this alerts.",
     )
+    alert_worker_roles: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("coordinator", "outbox_sweeper", "sender", "maintenance"),
+        description="`reminders status`: each of these roles (workload loops) without a"
+        " live worker alerts. Comma-separated in the environment.",
+    )
+    worker_heartbeat_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="Each workload process writes its loops' heartbeat rows"
+        " (worker_heartbeats) this often.",
+    )
+    worker_stale_after_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="`reminders status`: a worker not heard from for this long is not live"
+        " (keep it a few WORKER_HEARTBEAT_INTERVAL_S).",
+    )
+    worker_heartbeats_retention_days: float = Field(
+        default=7.0,
+        gt=0,
+        description="Worker heartbeat rows not seen for this long are deleted.",
+    )
     alert_failures_last_hour: int | None = Field(
         default=None,
         ge=0,
@@ -399,9 +422,9 @@ class Settings(BaseSettings):
     def _upper_log_level(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("webhook_sns_topic_arns", mode="before")
+    @field_validator("webhook_sns_topic_arns", "alert_worker_roles", mode="before")
     @classmethod
-    def _split_topic_arns(cls, value: object) -> object:
+    def _split_comma_list(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value

@@ -21,7 +21,7 @@ from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
 from reminder_core.metrics_server import serve_worker_metrics
 from reminder_core.profiles import ensure_profile
-from reminder_core.runtime import hard_exit, open_runtime
+from reminder_core.runtime import hard_exit, open_runtime, start_registry
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from reminder_core.worker.loop import Heartbeat, Service, join_loops, start_loops
@@ -126,6 +126,7 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         app = create_app(settings, rt.engine, rt.profiles)
     heartbeats: dict[str, Heartbeat] = {}
     threads = start_loops(loops, stop, heartbeats)
+    registry = start_registry(rt.engine, heartbeats, settings)
     # One process, one registry: the API's /metrics shows every workload's metrics too;
     # METRICS_PORT adds the workers' port (with /healthz), served once.
     try:
@@ -133,6 +134,8 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     except OSError:  # logged
         stop.set()
         join_loops(threads, settings.shutdown_grace_s)
+        if registry is not None:
+            registry.close()
         rt.close()
         return 1
     base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
@@ -165,6 +168,8 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     finally:
         stop.set()
         stuck = join_loops(threads, settings.shutdown_grace_s)
+        if registry is not None:
+            registry.close()
         if stuck:
             log.warning("hard stop; still running: %s", ", ".join(stuck))
             hard_exit(1)  # a provider call under way must not keep the process alive

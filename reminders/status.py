@@ -19,11 +19,13 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from reminder_core.backlog import age_s, read_backlog
+from reminder_core.boundary import one_line, schema_missing
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.errors import InfrastructureError
 from reminder_core.queue import Queue
 from reminder_core.settings import Settings
-from reminder_core.store import delivery_log, transaction
+from reminder_core.store import delivery_log, transaction, worker_heartbeats
+from reminder_core.store.worker_heartbeats import WorkerRow
 from sender.providers.failover import STATE_CLOSED, BreakerReading, read_shared_breaker
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,8 @@ class Check:
         value: the figure (seconds for unit "s"), a breaker state, or None (unknown, or
             nothing to measure: see `detail`).
         unit: "s" (seconds) or "" (a count or a state).
-        threshold: over this is an alert; None: no threshold.
+        threshold: over this is an alert; None: no threshold. For the `workers_<role>`
+            checks it is a floor: fewer live workers than this is an alert.
         state: the verdict.
         detail: why, in words (the error when unknown; a breakdown).
         parts: a breakdown by kind (failures by delivery status), else empty.
@@ -138,7 +141,8 @@ def collect_status(
     """Read every figure of the report as of `now` (aware UTC).
 
     Reads (nothing is written): the backlog statement, delivery_log for the last hour
-    (failures by status, p99 of sent_at - run_time_utc), `queue.depth()`, and with
+    (failures by status, p99 of sent_at - run_time_utc), `queue.depth()`, the workers'
+    heartbeat rows (one check per role of ALERT_WORKER_ROLES), and with
     BREAKER_REDIS_URL the shared breaker keys. A source that fails makes its checks
     UNKNOWN with the error in `detail`; the others are still read.
 
@@ -151,6 +155,7 @@ def collect_status(
     checks += _delivery_checks(engine, settings, now)
     checks += _queue_checks(queue, settings, now)
     checks += _breaker_checks(settings, now, redis_factory)
+    checks += _worker_checks(engine, settings, now)
     return StatusReport(checked_at=now, checks=checks)
 
 
@@ -165,7 +170,14 @@ def _bounded(conn: Connection) -> None:
 
 
 def _unknown(name: str, label: str, unit: str, threshold: float | None, exc: Exception) -> Check:
-    return Check(name, label, None, unit, threshold, State.UNKNOWN, f"{type(exc).__name__}: {exc}")
+    """An UNKNOWN check: the error in one short line (the driver's message, not the
+    statement); a database without the schema says to migrate it."""
+    if schema_missing(exc):
+        detail = "the database lacks the reminders schema: run `reminders migrate`"
+    else:
+        reason = one_line(str(getattr(exc, "orig", None) or exc))
+        detail = f"{type(exc).__name__}: {reason[:300]}"
+    return Check(name, label, None, unit, threshold, State.UNKNOWN, detail)
 
 
 def _backlog_checks(engine: Engine, settings: Settings, now: datetime) -> list[Check]:
@@ -299,6 +311,59 @@ def _not_closed_check(
     return Check(f"breaker_{name}", label, reading.state, "", limit, judge(open_s, limit), detail)
 
 
+def live_workers(rows: list[WorkerRow], *, now: datetime, stale_after_s: float) -> list[WorkerRow]:
+    """The rows of `rows` whose process is live at `now` (aware UTC): not stopped, and
+    heard from within `stale_after_s` seconds (WORKER_STALE_AFTER_S)."""
+    return [r for r in rows if r.stopped_at is None and age_s(now, r.last_seen_at) <= stale_after_s]
+
+
+def _worker_checks(engine: Engine, settings: Settings, now: datetime) -> list[Check]:
+    """One check per role of ALERT_WORKER_ROLES: the count of its live workers, ALERT at
+    0 (the detail names the last one seen, and when), with each live one's host:pid and
+    the age of its loop's last tick; a role outside the list that has live workers is
+    shown as INFO."""
+    stale = settings.worker_stale_after_s
+    roles = list(settings.alert_worker_roles)
+    try:
+        with engine.connect() as conn:
+            _bounded(conn)
+            recent = worker_heartbeats.list_since(conn, since=now - timedelta(seconds=stale))
+            last_seen = worker_heartbeats.last_seen_by_role(conn)
+    except SQLAlchemyError as exc:
+        return [_unknown(f"workers_{r}", f"live {r} workers", "", 1, exc) for r in roles]
+    live = live_workers(recent, now=now, stale_after_s=stale)
+    checks = []
+    for role in roles + sorted({r.role for r in live} - set(roles)):
+        mine = [r for r in live if r.role == role]
+        threshold = 1 if role in roles else None
+        if mine:
+            detail = ", ".join(_worker_detail(r, now) for r in mine)
+            state = State.OK if threshold is not None else State.INFO
+        else:
+            last = last_seen.get(role)
+            detail = (
+                "never seen"
+                if last is None
+                else f"none live; last {last.host}:{last.pid}"
+                f" {'stopped' if last.stopped_at else 'seen'}"
+                f" {age_s(now, last.stopped_at or last.last_seen_at):.0f} s ago"
+            )
+            state = State.ALERT
+        checks.append(
+            Check(f"workers_{role}", f"live {role} workers", len(mine), "", threshold,
+                  state, detail)
+        )  # fmt: skip
+    return checks
+
+
+def _worker_detail(row: WorkerRow, now: datetime) -> str:
+    tick = "no tick yet" if row.last_tick_at is None else (
+        f"last tick {age_s(now, row.last_tick_at):.0f} s ago"
+    )  # fmt: skip
+    failing = f", {row.consecutive_failures} failed ticks" if row.consecutive_failures else ""
+    return f"{row.host}:{row.pid} ({row.process}, {tick}{failing})"
+
+
 def _redis_client(url: str) -> Redis:
     return Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
 
@@ -328,6 +393,8 @@ def render(report: StatusReport, console: Console) -> None:
         threshold = "-" if c.threshold is None else f"> {c.threshold:g} {c.unit}".rstrip()
         if c.name.startswith("breaker_") and c.threshold is not None:
             threshold = f"open > {c.threshold:g} s"
+        if c.name.startswith("workers_") and c.threshold is not None:
+            threshold = f"< {c.threshold:g}"
         table.add_row(
             c.label,
             _fmt(c.value, c.unit),

@@ -98,7 +98,9 @@ def main(settings: Settings | None = None) -> int:
         rt = open_runtime(settings, application_name="reminders-sender", check_queue=True)
         sender = build(rt, stop)
     try:
-        return run_services([(sender, settings.sender_poll_interval_s)], settings, stop)
+        return run_services(
+            [(sender, settings.sender_poll_interval_s)], settings, stop, engine=rt.engine
+        )
     finally:
         sender.close()
         rt.close()

@@ -78,6 +78,7 @@ def build(rt: Runtime) -> Maintainer:
         outbox_retention_days=s.outbox_retention_days,
         webhook_events_retention_days=s.webhook_events_retention_days,
         keep_webhook_events_s=s.webhook_rematch_window_s,
+        worker_heartbeats_retention_days=s.worker_heartbeats_retention_days,
         batch_size=s.retention_batch_size,
         interval_s=s.retention_interval_s,
     )

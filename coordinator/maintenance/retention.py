@@ -15,6 +15,8 @@ first run at the workload's start; a run that left rows to delete is followed at
 - Published outbox rows older than OUTBOX_RETENTION_DAYS and webhook events older than
   WEBHOOK_EVENTS_RETENTION_DAYS (never within the rematch window) are deleted in chunks of
   RETENTION_BATCH_SIZE rows, one short transaction per chunk.
+- Worker heartbeat rows not seen for WORKER_HEARTBEATS_RETENTION_DAYS are deleted the
+  same way (a process that exited long ago).
 - Queue messages are not touched: the queue deletes a message once it is handled, and a
   dead-lettered message stays until `reminders dlq replay|purge` (the DLQ depth alert
   watches it; SQS keeps its own retention period).
@@ -39,7 +41,13 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from reminder_core.metrics import RETENTION_DELETED, RETENTION_PARTITIONS
-from reminder_core.store import delivery_log, outbox, transaction, webhook_events
+from reminder_core.store import (
+    delivery_log,
+    outbox,
+    transaction,
+    webhook_events,
+    worker_heartbeats,
+)
 from reminder_core.store.delivery_log import PartitionDrop
 from reminder_core.worker.loop import TickResult
 
@@ -87,6 +95,7 @@ class RetentionResult:
         delivery_log_deleted: expired terminal rows deleted from the default partition.
         outbox_deleted: published outbox rows deleted.
         webhook_events_deleted: webhook events deleted.
+        worker_heartbeats_deleted: worker heartbeat rows deleted.
         more: a chunk came back full (rows may be left to delete): run again soon.
     """
 
@@ -97,6 +106,7 @@ class RetentionResult:
     delivery_log_deleted: int = 0
     outbox_deleted: int = 0
     webhook_events_deleted: int = 0
+    worker_heartbeats_deleted: int = 0
     more: bool = False
 
     def counts(self) -> dict[str, int]:
@@ -116,6 +126,8 @@ class Retention:
             `received_at`); never shorter than `keep_webhook_events_s`.
         keep_webhook_events_s: WEBHOOK_REMATCH_WINDOW_S: unmatched events are matched
             again that long, so none younger is deleted.
+        worker_heartbeats_retention_days: WORKER_HEARTBEATS_RETENTION_DAYS (after
+            `last_seen_at`).
         batch_size: RETENTION_BATCH_SIZE, rows per DELETE statement.
         max_chunks: most DELETE statements per table per run; more is left to the next
             run (`more`), so one run stays short.
@@ -134,6 +146,7 @@ class Retention:
         outbox_retention_days: float = 1.0,
         webhook_events_retention_days: float = 90.0,
         keep_webhook_events_s: float = 0.0,
+        worker_heartbeats_retention_days: float = 7.0,
         batch_size: int = 5000,
         max_chunks: int = 10,
         lock_timeout_s: float = 0.5,
@@ -148,6 +161,7 @@ class Retention:
             timedelta(days=webhook_events_retention_days),
             timedelta(seconds=keep_webhook_events_s),
         )
+        self.worker_heartbeats_retention = timedelta(days=worker_heartbeats_retention_days)
         self.batch_size = batch_size
         self.max_chunks = max_chunks
         self.lock_timeout_ms = max(1, round(lock_timeout_s * 1000))
@@ -193,6 +207,11 @@ class Retention:
                 "webhook_events",
                 now - self.webhook_events_retention,
             ),
+            "worker_heartbeats": self._delete_chunks(
+                worker_heartbeats.delete_expired,
+                "worker_heartbeats",
+                now - self.worker_heartbeats_retention,
+            ),
         }
         result = RetentionResult(
             partitions_created=created,
@@ -202,6 +221,7 @@ class Retention:
             delivery_log_deleted=deleted["delivery_log"][0],
             outbox_deleted=deleted["outbox"][0],
             webhook_events_deleted=deleted["webhook_events"][0],
+            worker_heartbeats_deleted=deleted["worker_heartbeats"][0],
             more=any(full for _, full in deleted.values()),
         )
         if result.counts():

@@ -314,3 +314,35 @@ class WebhookEventRecord(Base):
             postgresql_where=text("outcome = 'unmatched'"),
         ),
     )
+
+
+class WorkerHeartbeat(Base):
+    """One workload loop of one running process (docs/design.md, "Workers"): written
+    every WORKER_HEARTBEAT_INTERVAL_S by the process (`reminder_core.worker.registry`),
+    marked stopped at a clean exit, read by `reminders status` to tell whether every role
+    has a live worker. `id` is made by the process at start, one per loop."""
+
+    __tablename__ = "worker_heartbeats"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
+    # The loop's service name: coordinator, outbox_sweeper, sender, maintenance.
+    role: Mapped[str] = mapped_column(Text)
+    host: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    # The process's command (`reminders sender`, `reminders dev`) and package version.
+    process: Mapped[str] = mapped_column(Text)
+    version: Mapped[str] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # The process was alive at this instant (each heartbeat write sets it).
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # The loop's last finished tick (None: none yet); a live process whose loop has not
+    # ticked for long is stuck.
+    last_tick_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    consecutive_failures: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        CheckConstraint("role <> ''", name="role_not_empty"),
+        CheckConstraint("consecutive_failures >= 0", name="consecutive_failures"),
+        Index("ix_worker_heartbeats_role_last_seen_at", "role", "last_seen_at"),
+    )

@@ -161,3 +161,24 @@ def test_python_m_help_prints_usage_and_exits_0(package: str, usage: str, tmp_pa
 
     assert result.returncode == 0, result.stderr
     assert usage in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("command", "table"),
+    [
+        (["reminders", "dlq", "list"], "queue_messages"),
+        (["reminders", "dlq", "replay", "--wait-s", "0"], "queue_messages"),
+        (["reminders", "dlq", "purge", "--all", "--wait-s", "0"], "queue_messages"),
+        (["reminders", "suppressions", "list"], "suppressions"),
+    ],
+)
+def test_a_database_never_migrated_is_one_line_and_exit_2(
+    command: list[str], table: str, admin_url: str, tmp_path: Path
+) -> None:
+    # The previous session's trial: `reminders dlq purge` on an empty database printed a
+    # 220-line traceback. A missing table is a configuration to fix: `reminders migrate`.
+    from tests.support.workloads import fresh_database
+
+    with fresh_database(admin_url, "reminders_unmigrated") as (url, _):
+        result = run(command, {"DATABASE_URL": url, **JWT}, tmp_path)
+    assert_one_error(result, 2, f'relation "{table}" does not exist', "run `reminders migrate`")

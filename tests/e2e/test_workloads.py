@@ -28,6 +28,7 @@ from sqlalchemy import Engine, text
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from tests.e2e.test_dev import free_port
+from tests.integration.helpers import run_status
 from tests.support.workloads import fresh_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -160,6 +161,18 @@ def test_separate_workloads_deliver_a_recurring_reminder_and_catch_up_once(
 
         # Stop the coordinator for several occurrences.
         assert procs.stop("coordinator") == 0
+        # Its process marked its heartbeat row stopped on the way out; `reminders status`
+        # names it, and the maintenance workload this test never started (issue 16).
+        code, checks = run_status(url, workdir / "state")
+        assert code == 1
+        assert checks["workers_coordinator"]["value"] == 0
+        assert " stopped " in checks["workers_coordinator"]["detail"]
+        assert checks["workers_maintenance"]["detail"] == "never seen"
+        for role in ("sender", "outbox_sweeper"):
+            assert (checks[f"workers_{role}"]["state"], checks[f"workers_{role}"]["value"]) == (
+                "ok",
+                1,
+            ), checks[f"workers_{role}"]
         # Let anything already claimed be sent: wait until nothing new arrives for 1.5 s
         # (a fixed 1 s was too short on a loaded 2-core machine).
         before = deliveries(engine, rid)

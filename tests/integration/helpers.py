@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, text
+
+from tests.support.workloads import REPO_ROOT, child_env
 
 
 def insert_due_reminders(
@@ -87,3 +93,20 @@ class BrokenExternalQueue(ExternalQueue):
 
     def send_batch(self, *_args: object, **_kwargs: object) -> None:
         raise ConnectionError("queue down")
+
+
+def run_status(database_url: str, state_dir: Path, **env: str) -> tuple[int, dict[str, Any]]:
+    """`reminders status --json` as a process; (exit status, {check name: check})."""
+    run = subprocess.run(
+        [sys.executable, "-m", "reminders", "status", "--json"],
+        env=child_env({"DATABASE_URL": database_url, "STATE_DIR": str(state_dir), **env}),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.stdout, run.stderr
+    report = json.loads(run.stdout)
+    assert report["exit_code"] == run.returncode
+    return run.returncode, {c["name"]: c for c in report["checks"]}

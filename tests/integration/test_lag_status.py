@@ -1,7 +1,8 @@
 """Issue 7, "How we will check it": the senders stop while reminders come due;
 `next_run_lag_seconds` (the maintenance workload's gauge, scraped from its metrics port)
 grows, and `reminders status` reports it: ALERT and exit status 1 once it is over
-ALERT_NEXT_RUN_LAG_S (set low here), OK and exit status 0 under the default threshold.
+ALERT_NEXT_RUN_LAG_S (set low here), OK and exit status 0 under the default threshold;
+it also names the role left without a live worker (issue 16).
 
 The workloads run in this process on the real clock (coordinator, maintenance, sender
 loops); `reminders status` runs as a real process against the same database. Expected
@@ -13,14 +14,10 @@ in the queue, visible.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -34,11 +31,13 @@ from reminder_core.metrics import register_backlog_gauges
 from reminder_core.metrics_server import MetricsServer
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
-from reminder_core.worker.loop import Service, join_loops, start_loops
+from reminder_core.worker.loop import Heartbeat, Service, join_loops, start_loops
+from reminder_core.worker.registry import WorkerRegistry
 from tests.integration.helpers import insert_due_reminders
+from tests.integration.helpers import run_status as status
 from tests.support.maintenance import make_maintainer
 from tests.support.sending import CountingProvider, make_sender
-from tests.support.workloads import REPO_ROOT, child_env, free_port, wait_until
+from tests.support.workloads import free_port, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,31 +46,39 @@ LATE_S = 1.5  # how late the waiting occurrences get before `reminders status` r
 
 
 class Loops:
-    """Worker loops in threads, each group with its own stop event."""
+    """Worker loops in threads, each group with its own stop event and its heartbeat rows
+    (a WorkerRegistry, as a workload process has: marked stopped when the group stops)."""
 
-    def __init__(self) -> None:
-        self.groups: list[tuple[threading.Event, list[threading.Thread]]] = []
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.groups: list[tuple[threading.Event, list[threading.Thread], WorkerRegistry]] = []
 
     def start(self, services: list[tuple[Service, float]]) -> threading.Event:
         stop = threading.Event()
-        self.groups.append((stop, start_loops(services, stop)))
+        heartbeats: dict[str, Heartbeat] = {}
+        threads = start_loops(services, stop, heartbeats)
+        registry = WorkerRegistry(self.engine, heartbeats, interval_s=0.5, command="test")
+        registry.start()
+        self.groups.append((stop, threads, registry))
         return stop
 
     def stop(self, stop: threading.Event) -> None:
-        for event, threads in self.groups:
+        for event, threads, registry in self.groups:
             if event is stop:
                 event.set()
                 assert join_loops(threads, 10) == []
+                registry.close()
 
     def close(self) -> None:
-        for event, threads in self.groups:
+        for event, threads, registry in self.groups:
             event.set()
             join_loops(threads, 10)
+            registry.close()
 
 
 @pytest.fixture
-def loops() -> Iterator[Loops]:
-    running = Loops()
+def loops(db: Engine) -> Iterator[Loops]:
+    running = Loops(db)
     yield running
     running.close()
 
@@ -85,23 +92,6 @@ def scrape(port: int) -> dict[str, float]:
             labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
             out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
     return out
-
-
-def status(database_url: str, state_dir: Path, **env: str) -> tuple[int, dict[str, Any]]:
-    """`reminders status --json` as a process; (exit status, {check name: check})."""
-    run = subprocess.run(
-        [sys.executable, "-m", "reminders", "status", "--json"],
-        env=child_env({"DATABASE_URL": database_url, "STATE_DIR": str(state_dir), **env}),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert run.stdout, run.stderr
-    report = json.loads(run.stdout)
-    assert report["exit_code"] == run.returncode
-    return run.returncode, {c["name"]: c for c in report["checks"]}
 
 
 def count(db: Engine, sql: str) -> int:
@@ -161,8 +151,11 @@ def test_stopped_senders_make_next_run_lag_grow_and_status_alert(
         assert samples["reminders_due_backlog"] == 0
         assert samples["reminders_queue_depth{state=visible}"] == 3  # nobody receives
 
-        # `reminders status`: over the lowered threshold -> ALERT, exit status 1.
-        code, checks = status(database_url, tmp_path, ALERT_NEXT_RUN_LAG_S=str(LOW_THRESHOLD_S))
+        # `reminders status`: over the lowered threshold -> ALERT, exit status 1; and the
+        # stopped senders are named (this test runs no outbox sweeper: not asked for).
+        roles = "coordinator,sender,maintenance"
+        code, checks = status(database_url, tmp_path, ALERT_NEXT_RUN_LAG_S=str(LOW_THRESHOLD_S),
+                              ALERT_WORKER_ROLES=roles)  # fmt: skip
         assert code == 1
         lag_check = checks["next_run_lag"]
         assert lag_check["state"] == "alert"
@@ -171,9 +164,17 @@ def test_stopped_senders_make_next_run_lag_grow_and_status_alert(
         assert checks["oldest_pending_age"]["state"] == "ok"
         assert checks["queue_visible"]["value"] == 3
         assert checks["dlq_depth"]["state"] == "ok"
-        assert [n for n, c in checks.items() if c["state"] == "alert"] == ["next_run_lag"]
-        # Under the default threshold (120 s) the same state is OK, exit status 0.
-        code, checks = status(database_url, tmp_path)
+        assert [n for n, c in checks.items() if c["state"] == "alert"] == [
+            "next_run_lag",
+            "workers_sender",
+        ]
+        assert checks["workers_sender"]["value"] == 0
+        assert "stopped" in checks["workers_sender"]["detail"]
+        assert checks["workers_coordinator"]["value"] == 1
+        assert checks["workers_maintenance"]["state"] == "ok"
+        # Under the default threshold (120 s) the same lag is OK; without asking for a
+        # sender, exit status 0.
+        code, checks = status(database_url, tmp_path, ALERT_WORKER_ROLES="coordinator,maintenance")
         assert code == 0
         assert checks["next_run_lag"]["state"] == "ok"
         assert checks["next_run_lag"]["threshold"] == 120

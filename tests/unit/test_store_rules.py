@@ -24,6 +24,7 @@ ENTITY = {
     "delivery_log": "delivery",
     "suppressions": "suppression",
     "webhook_events": "webhook_event",
+    "worker_heartbeats": "worker_heartbeat",
     "transaction": "transaction",
 }
 
