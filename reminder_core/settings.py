@@ -215,7 +215,7 @@ class Settings(BaseSettings):
     alert_worker_roles: Annotated[tuple[str, ...], NoDecode] = Field(
         default=("coordinator", "outbox_sweeper", "sender", "maintenance"),
         description="`reminders status`: each of these roles (workload loops) without a"
-        " live worker alerts. Comma-separated in the environment.",
+        " live worker alerts. Comma-separated in the environment; `none`: no role.",
     )
     worker_heartbeat_interval_s: float = Field(
         default=10.0,
@@ -428,6 +428,12 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("alert_worker_roles")
+    @classmethod
+    def _no_roles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # "none": no role is required (an empty variable means the default).
+        return () if value == ("none",) else value
 
     @field_validator("webhook_sns_topic_arns")
     @classmethod

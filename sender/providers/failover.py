@@ -55,6 +55,18 @@ from cachetools import TTLCache
 from redis import Redis
 from redis.exceptions import RedisError
 
+# The shared breaker's storage layout and its reader live in the kernel (`reminders status`
+# and the API's admin overview read it too); re-exported here for the sender's code.
+from reminder_core.breakers import (
+    REDIS_NAMESPACE,
+    STATE_CLOSED,
+    STATE_HALF_OPEN,
+    STATE_OPEN,
+    BreakerReading,
+    not_closed_since_key,
+    read_shared_breaker,
+    redis_instant,
+)
 from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
 from reminder_core.metrics import BREAKER_NOT_CLOSED_SINCE, BREAKER_STATE
 from reminder_core.settings import Settings
@@ -62,67 +74,16 @@ from sender.providers.base import OutgoingEmail, Provider, SendReceipt, close_pr
 
 log = logging.getLogger(__name__)
 
-#: Breaker states as pybreaker names them (and as the metrics label them).
-STATE_CLOSED = pybreaker.STATE_CLOSED
-STATE_OPEN = pybreaker.STATE_OPEN
-STATE_HALF_OPEN = pybreaker.STATE_HALF_OPEN
-
-#: Prefix of the Redis keys of shared breakers (`<ns>:<provider>:pybreaker:<key>`).
-REDIS_NAMESPACE = "reminders:breaker"
-
-
-@dataclass(frozen=True, slots=True)
-class BreakerReading:
-    """A shared breaker as Redis holds it.
-
-    Attributes:
-        state: "closed" | "open" | "half-open" ("closed" when no sender has stored a
-            state yet, as pybreaker starts).
-        opened_at: when it last opened, or a failed probe reopened it (aware UTC, whole
-            seconds; None when it never did).
-        not_closed_since: when it last left the closed state (aware UTC; None while
-            closed, or when no sender recorded it, e.g. one older than this key).
-    """
-
-    state: str
-    opened_at: datetime | None
-    not_closed_since: datetime | None
-
-
-def not_closed_since_key(provider_name: str, namespace: str = REDIS_NAMESPACE) -> str:
-    """The Redis key holding when `provider_name`'s breaker left the closed state."""
-    return f"{namespace}:{provider_name}:not_closed_since"
-
-
-def read_shared_breaker(
-    redis: Redis, provider_name: str, namespace: str = REDIS_NAMESPACE
-) -> BreakerReading:
-    """The state of `provider_name`'s Redis-shared breaker, read without writing
-    anything (pybreaker's own storage re-creates missing keys on read): one MGET.
-
-    Raises:
-        redis.exceptions.RedisError: Redis cannot be read.
-    """
-    prefix = f"{namespace}:{provider_name}:pybreaker"
-    state, opened_at, since = redis.mget(
-        [f"{prefix}:state", f"{prefix}:opened_at", not_closed_since_key(provider_name, namespace)]
-    )
-    return BreakerReading(
-        state=state.decode() if isinstance(state, bytes) else STATE_CLOSED,
-        opened_at=datetime.fromtimestamp(int(opened_at), UTC) if opened_at else None,
-        not_closed_since=_instant(since),
-    )
-
-
-def _instant(raw: object) -> datetime | None:
-    """Unix seconds as Redis returns them (bytes), as aware UTC; None if absent or not
-    a number."""
-    if not isinstance(raw, bytes | str):
-        return None
-    try:
-        return datetime.fromtimestamp(float(raw), UTC)
-    except (ValueError, OverflowError, OSError):
-        return None
+__all__ = [
+    "REDIS_NAMESPACE",
+    "STATE_CLOSED",
+    "STATE_HALF_OPEN",
+    "STATE_OPEN",
+    "BreakerReading",
+    "FailoverProvider",
+    "not_closed_since_key",
+    "read_shared_breaker",
+]
 
 
 class _NotClosedSince:
@@ -165,7 +126,7 @@ class _NotClosedSince:
         if self._redis is None:
             return self._local
         try:
-            instant = _instant(self._redis.get(self._key))
+            instant = redis_instant(self._redis.get(self._key))
         except RedisError:
             return None
         return instant.timestamp() if instant is not None else None

@@ -198,6 +198,9 @@ def test_status_alerts_on_a_breaker_down_longer_than_the_threshold(
         # Over BREAKER_RESET_TIMEOUT_S plus the second Redis rounds opened_at down to, so
         # that opened_at, which the probes keep fresh, can never read as old enough.
         "ALERT_BREAKER_OPEN_S": "3",
+        # No workload runs here: their roles are not asked for (tests/integration/
+        # test_worker_heartbeats.py checks those).
+        "ALERT_WORKER_ROLES": "none",
     }
     fp = provider(primary.url, tmp_path, redis)
     probe_for(fp, 4.5)  # down for 4.5 s > 3 s, a failed probe every 0.5 s

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, text
 from reminder_core.clock import utcnow
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
-from reminders.status import STATEMENT_TIMEOUT_MS, State, collect_status
+from reminder_core.status import STATEMENT_TIMEOUT_MS, State, collect_status
 
 
 def test_a_locked_table_makes_its_checks_unknown_within_the_timeout(

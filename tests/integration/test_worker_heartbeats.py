@@ -14,9 +14,9 @@ from sqlalchemy import Engine, text
 
 from coordinator.maintenance.retention import Retention
 from reminder_core.settings import Settings
+from reminder_core.status import collect_status
 from reminder_core.worker.loop import Heartbeat, TickResult, start_loops
 from reminder_core.worker.registry import WorkerRegistry
-from reminders.status import collect_status
 from tests.integration.helpers import run_status
 
 ROLES = ("coordinator", "outbox_sweeper", "sender", "maintenance")

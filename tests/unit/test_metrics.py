@@ -22,8 +22,8 @@ from reminder_core.errors import (
 )
 from reminder_core.metrics import error_class
 from reminder_core.metrics_server import NOT_READY_AFTER_FAILURES, loop_health
+from reminder_core.status import Check, State, StatusReport, judge
 from reminder_core.worker.loop import Heartbeat, TickResult, run_loop
-from reminders.status import Check, State, StatusReport, judge
 from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.providers.instrumented import InstrumentedProvider
 
