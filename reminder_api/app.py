@@ -23,7 +23,7 @@ from reminder_api.deps import AppContext
 from reminder_api.errors import RequestTooLarge, install_error_handlers, problem
 from reminder_api.metrics import RequestMetrics
 from reminder_api.overload import LoadShedding
-from reminder_api.routes import occurrences, reminders
+from reminder_api.routes import admin, occurrences, reminders
 from reminder_core.clock import utcnow
 from reminder_core.profiles import ProfileSource
 from reminder_core.scheduling import ScheduleConfig
@@ -90,6 +90,7 @@ def create_app(
 
     app.include_router(reminders.router)
     app.include_router(occurrences.router)
+    app.include_router(admin.router)
     app.include_router(
         build_router(
             WebhookConfig.from_settings(settings), engine=engine, clock=clock, http=webhook_http

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import ParamSpec, TypeVar
 
-import jwt
 from cachetools import TTLCache
 from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
@@ -18,11 +17,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
-from reminder_core.errors import InvalidInput
+from reminder_core.errors import Forbidden, InvalidInput
 from reminder_core.profiles import ProfileSource
+from reminder_core.queue import Queue, open_queue
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
-from reminder_core.tokens import TokenError, verify_token
+from reminder_core.tokens import ADMIN_SCOPE, Principal, TokenError, verify_principal
 
 
 @dataclass
@@ -39,9 +39,24 @@ class AppContext:
     #: client sends the same token on every request, and verifying it (HMAC, JSON, claims)
     #: was ~6% of a create's CPU (issue 15). A hit is still refused once `exp` passes.
     #: Used only on the event loop (`current_user` is async): no lock.
-    verified_tokens: TTLCache[str, tuple[str, float]] = field(
+    verified_tokens: TTLCache[str, Principal] = field(
         default_factory=lambda: TTLCache(maxsize=10_000, ttl=60)
     )
+
+    #: The queue the workers use (QUEUE_URL), opened on first use by the admin routes
+    #: (depth, dead letters, replay); nothing is called over the network before.
+    _queue: Queue | None = field(default=None, repr=False)
+
+    def queue(self) -> Queue:
+        """The queue of QUEUE_URL on this context's engine (built once, lazily)."""
+        if self._queue is None:
+            s = self.settings
+            self._queue = open_queue(
+                s.queue_url, self.engine, max_receive_count=s.max_receive_count,
+                sqs_endpoint_url=s.sqs_endpoint_url, aws_region=s.aws_region,
+                sqs_wait_time_s=0,
+            )  # fmt: skip
+        return self._queue
 
     def connect(self) -> Connection:
         """A pooled connection for one request, used as `with ctx.connect() as conn:`
@@ -91,11 +106,11 @@ MAX_CACHED_TOKEN_CHARS = 2048
 _bearer = HTTPBearer(auto_error=False, description="JWT from `reminders token --user ID`")
 
 
-async def current_user(
+async def current_principal(
     creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
     ctx: AppContext = Depends(context),
-) -> str:
-    """The user id (`sub`) of a valid bearer token.
+) -> Principal:
+    """The subject and scopes of a valid bearer token.
 
     Raises:
         TokenError: missing, malformed, expired or foreign token (answered 401).
@@ -104,13 +119,34 @@ async def current_user(
         raise TokenError("missing bearer token (Authorization: Bearer <token>)")
     token = creds.credentials
     cached = ctx.verified_tokens.get(token)
-    if cached is not None and time.time() < cached[1]:
-        return cached[0]
-    subject = verify_token(token, key=ctx.jwt_key, settings=ctx.settings)
+    if cached is not None and time.time() < cached.expires_at:
+        return cached
+    principal = verify_principal(token, key=ctx.jwt_key, settings=ctx.settings)
     if len(token) <= MAX_CACHED_TOKEN_CHARS:
-        expires = jwt.decode(token, options={"verify_signature": False})["exp"]
-        ctx.verified_tokens[token] = (subject, float(expires))
-    return subject
+        ctx.verified_tokens[token] = principal
+    return principal
+
+
+async def current_user(principal: Principal = Depends(current_principal)) -> str:
+    """The user id (`sub`) of a valid bearer token.
+
+    Raises:
+        TokenError: missing, malformed, expired or foreign token (answered 401).
+    """
+    return principal.subject
+
+
+async def current_admin(principal: Principal = Depends(current_principal)) -> Principal:
+    """A valid bearer token with the operator scope (`reminders:admin`,
+    `reminders token --admin`).
+
+    Raises:
+        TokenError: missing, malformed, expired or foreign token (answered 401).
+        Forbidden: a valid token without that scope (answered 403).
+    """
+    if not principal.admin:
+        raise Forbidden(f"this needs a token with the {ADMIN_SCOPE} scope")
+    return principal
 
 
 def _query_names(route: APIRoute) -> frozenset[str]:

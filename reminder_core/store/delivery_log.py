@@ -735,3 +735,29 @@ def delete_expired_default(conn: Connection, *, cutoff: datetime, limit: int) ->
         query("delivery_delete_expired_default"), {"cutoff": cutoff, "limit": limit}
     )
     return int(result.rowcount)
+
+
+@dataclass(frozen=True, slots=True)
+class LagBucket:
+    """Delivery lag of the occurrences sent in one bucket: its start (aware UTC), how
+    many were sent, and the p50, p90, p99 and largest lag (seconds)."""
+
+    bucket_start: datetime
+    sent: int
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    max_s: float
+
+
+def lag_by_bucket(
+    conn: Connection, *, since: datetime, until: datetime, bucket_s: float
+) -> list[LagBucket]:
+    """Delivery lag percentiles of the occurrences sent in [`since`, `until`) (aware UTC),
+    per bucket of `bucket_s` seconds aligned on `since`, oldest first; buckets without a
+    send are absent (`delivery_lag_by_bucket`)."""
+    result = conn.execute(
+        query("delivery_lag_by_bucket"),
+        {"since": since, "until": until, "bucket_s": float(bucket_s)},
+    )
+    return records(LagBucket, result)

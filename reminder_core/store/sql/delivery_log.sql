@@ -429,6 +429,24 @@ SELECT
 FROM delivery_log
 WHERE status = 'sent' AND sent_at >= :since;
 
+-- name: delivery_lag_by_bucket
+-- Delivery lag (sent_at - run_time_utc, seconds) of the occurrences sent in
+-- [:since, :until), per bucket of :bucket_s seconds aligned on :since: how many, p50, p90,
+-- p99 and the largest (the console's chart; the same definition as delivery_lag_p99_since).
+SELECT date_bin(make_interval(secs => :bucket_s), sent_at, :since) AS bucket_start,
+       count(*) AS sent,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY lag_s) AS p50_s,
+       percentile_cont(0.9) WITHIN GROUP (ORDER BY lag_s) AS p90_s,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY lag_s) AS p99_s,
+       max(lag_s) AS max_s
+FROM (
+    SELECT sent_at, CAST(extract(epoch FROM sent_at - run_time_utc) AS double precision) AS lag_s
+    FROM delivery_log
+    WHERE status = 'sent' AND sent_at >= :since AND sent_at < :until
+) AS sent
+GROUP BY 1
+ORDER BY 1;
+
 -- name: delivery_list_partitions
 -- The weekly partitions of delivery_log, oldest first: the Monday 00:00 UTC their week
 -- starts (from the name delivery_log_pYYYYMMDD; NULL for the default partition) and
