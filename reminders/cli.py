@@ -1,5 +1,6 @@
 """`reminders` CLI (typer): api, coordinator, sweeper, sender, maintenance, dev, migrate,
-token, dlq, queue, status."""
+token, dlq, queue, status; the API's client commands (create, list, show, edit, pause,
+resume, cancel, preview, login, logout: reminders/api_commands.py) and users."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from coordinator.command import coordinator
 from coordinator.maintenance.command import maintenance
 from outbox_sweeper.command import sweeper
 from reminder_api.command import Host, Port, api
+from reminders import api_commands
+from reminders.users import users
 from sender.command import sender
 
 if TYPE_CHECKING:
@@ -38,6 +41,8 @@ app.command()(coordinator)
 app.command()(sweeper)
 app.command()(sender)
 app.command()(maintenance)
+api_commands.register(app)
+app.add_typer(users, name="users")
 
 
 dlq = typer.Typer(help="Inspect, replay or purge the dead-letter queue.", no_args_is_help=True)
@@ -388,19 +393,26 @@ def token(
     user: Annotated[str, typer.Option("--user", help="User id (the token's `sub`).")],
     ttl: Annotated[int, typer.Option(help="Lifetime in seconds.", min=60)] = 30 * 86400,
 ) -> None:
-    """Print a bearer token for USER (development; uses JWT_SECRET or ./.reminders/jwt_secret)."""
+    """Print a bearer token for USER (development; uses JWT_SECRET or ./.reminders/jwt_secret).
+
+    A USER without a profile in the profiles file (`reminders users list`) gets the token
+    and a warning on stderr: the API refuses every create with it (422) until
+    `reminders users add USER ...`."""
     from reminder_core.errors import ConfigurationError
     from reminder_core.settings import Settings
     from reminder_core.tokens import MAX_SUBJECT_LENGTH, mint_token
+    from reminders.users import warn_if_no_profile
 
     if not user or len(user) > MAX_SUBJECT_LENGTH or "\x00" in user:
         typer.echo(f"error: --user must be 1 to {MAX_SUBJECT_LENGTH} characters", err=True)
         raise typer.Exit(2)
+    settings = Settings()
     try:
-        typer.echo(mint_token(Settings(), user, ttl_s=ttl))
+        typer.echo(mint_token(settings, user, ttl_s=ttl))
     except ConfigurationError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    warn_if_no_profile(settings, user)
 
 
 def main(
