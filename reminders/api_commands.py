@@ -160,7 +160,9 @@ def api(api_url: str | None, token: str | None = None) -> Iterator[ReminderClien
     try:
         yield client
     except ApiError as exc:
-        detail = f": {exc.detail}" if exc.detail else ""
+        # A 422's detail repeats its field errors, printed one a line below.
+        repeated = all(f"{e.field}: {e.message}" in exc.detail for e in exc.errors)
+        detail = f": {exc.detail}" if exc.detail and not (exc.errors and repeated) else ""
         typer.echo(f"error: {exc.status} {exc.title}{detail}", err=True)
         for fe in exc.errors:
             typer.echo(f"  {fe.field}: {fe.message}", err=True)
@@ -292,13 +294,15 @@ def _print_occurrences(occurrences: OccurrenceList, json_output: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from reminders.dlq_view import print_whole
+
     table = Table(title=f"occurrences in {occurrences.timezone} ({len(occurrences.items)})")
     for column in ("UTC", "local", "note"):
         table.add_column(column, no_wrap=True)
     for o in occurrences.items:
         note = "skipped (DST)" if o.skipped else f"shifted from {o.rule_local}" if o.shifted else ""
         table.add_row(_when(o.run_time_utc), o.local, note)
-    Console().print(table)
+    print_whole(table, Console())
 
 
 # --------------------------------------------------------------------------- commands
