@@ -6,6 +6,7 @@ httpx, pydantic and rich are imported inside the commands: `reminders --help` st
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -556,4 +557,4 @@ def register(app: typer.Typer) -> None:
         ("login", login),
         ("logout", logout),
     ):
-        app.command(name, help=f"{command.__doc__}\n\n{EXIT_HELP}")(command)
+        app.command(name, help=f"{inspect.cleandoc(command.__doc__ or '')}\n\n{EXIT_HELP}")(command)
