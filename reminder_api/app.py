@@ -8,6 +8,7 @@ from datetime import datetime
 
 import httpx
 from fastapi import FastAPI, Response
+from fastapi_offline import FastAPIOffline
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -22,6 +23,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from reminder_api.deps import AppContext
 from reminder_api.errors import RequestTooLarge, install_error_handlers, problem
 from reminder_api.metrics import RequestMetrics
+from reminder_api.openapi import (
+    DESCRIPTION,
+    DOCS_ASSETS_URL,
+    TITLE,
+    docs_parameters,
+    install_openapi,
+    problem_responses,
+)
 from reminder_api.overload import LoadShedding
 from reminder_api.routes import admin, occurrences, reminders
 from reminder_core.clock import utcnow
@@ -59,10 +68,14 @@ def create_app(
         ConfigurationError: no JWT key is configured or stored.
         ValueError: WEBHOOK_RESEND_SECRET is not a whsec_<base64> secret.
     """
-    app = FastAPI(
-        title="Reminders",
+    # /docs and /redoc load Swagger UI and ReDoc from the files fastapi-offline ships,
+    # served under DOCS_ASSETS_URL: they work without internet access (issue 16).
+    app = FastAPIOffline(
+        title=TITLE,
         version="0.1.0",
-        description="Create one-time reminders; they are emailed at their local due time.",
+        description=DESCRIPTION,
+        static_url=DOCS_ASSETS_URL,
+        swagger_ui_parameters=docs_parameters(),
     )
     app.state.ctx = AppContext(
         settings=settings,
@@ -97,14 +110,25 @@ def create_app(
         )
     )
 
-    @app.get("/healthz", tags=["operations"])
+    @app.get("/healthz", tags=["operations"], summary="Liveness")
     async def healthz() -> dict[str, str]:
-        """Liveness: the process answers (on the event loop: no worker thread needed)."""
+        """The process answers (on the event loop: no worker thread needed); never shed."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["operations"])
+    @app.get(
+        "/readyz",
+        tags=["operations"],
+        summary="Readiness",
+        responses={
+            200: {
+                "description": "The database answers.",
+                "content": {"application/json": {"example": {"status": "ready"}}},
+            },
+            **problem_responses(503),
+        },
+    )
     def readyz() -> Response:
-        """Readiness: the database answers."""
+        """The database answers (200), or not (503); never shed."""
         try:
             with engine.connect() as conn:
                 transaction.ping(conn)
@@ -118,6 +142,7 @@ def create_app(
         set) the sum over every worker process, whichever one answers."""
         return Response(generate_latest(metrics_registry()), media_type=CONTENT_TYPE_LATEST)
 
+    install_openapi(app, settings)
     return app
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, NotRequired
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import Field
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from typing_extensions import TypedDict  # pydantic needs this one's TypedDict on 3.11
 
 from reminder_core.errors import (
     Conflict,
@@ -31,6 +34,9 @@ log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "/problems/"  # relative type URIs, RFC 9457 §3.1.1
+#: Characters a URI path keeps unescaped (RFC 3986 §3.3 pchar and "/"; quote() never
+#: escapes the unreserved "-._~").
+_PATH_SAFE = "/:@!$&'()*+,;="
 
 
 class RequestTooLarge(StarletteHTTPException):
@@ -42,6 +48,77 @@ class RequestTooLarge(StarletteHTTPException):
 
     def __init__(self, detail: str) -> None:
         super().__init__(413, detail)
+
+
+class FieldError(TypedDict):
+    """One field at fault (an item of a problem's `errors` extension member)."""
+
+    field: Annotated[
+        str,
+        Field(
+            description="The request field: a body member (dotted for nested members,"
+            " 'exdates.3' or 'exdates[3]' for an item), a query parameter or a header name;"
+            " 'body' for the body as a whole.",
+            examples=["start_local"],
+        ),
+    ]
+    message: Annotated[str, Field(description="Why it is refused.", examples=["field required"])]
+
+
+class Problem(TypedDict):
+    """An RFC 9457 problem details object (`application/problem+json`): the body of every
+    error response."""
+
+    type: Annotated[
+        str,
+        Field(
+            description="A URI reference naming the kind of problem, relative to the API"
+            " ('/problems/validation'); 'about:blank' when it is only the status"
+            " (RFC 9457 §3.1.1).",
+            json_schema_extra={"format": "uri-reference"},
+            examples=["/problems/validation"],
+        ),
+    ]
+    title: Annotated[
+        str,
+        Field(
+            description="Short summary of the kind of problem (RFC 9457 §3.1.3).",
+            examples=["Invalid request"],
+        ),
+    ]
+    status: Annotated[
+        int,
+        Field(
+            ge=100, le=599, description="The HTTP status code (RFC 9457 §3.1.2).", examples=[422]
+        ),
+    ]
+    detail: Annotated[
+        str,
+        Field(
+            description="What went wrong with this request (RFC 9457 §3.1.4).",
+            examples=["title: field required"],
+        ),
+    ]
+    instance: NotRequired[
+        Annotated[
+            str,
+            Field(
+                description="The request path (RFC 9457 §3.1.5).",
+                json_schema_extra={"format": "uri-reference"},
+                examples=["/v1/reminders"],
+            ),
+        ]
+    ]
+    errors: NotRequired[
+        Annotated[
+            list[FieldError],
+            Field(
+                description="Extension member (RFC 9457 §3.2): the fields at fault, for"
+                " a 422 (and a 400 for a body that is not JSON).",
+                min_length=1,
+            ),
+        ]
+    ]
 
 
 #: (family, status, title, problem type slug) of each DomainError family; any other
@@ -67,22 +144,31 @@ def problem(
     headers: dict[str, str] | None = None,
     instance: str | None = None,
 ) -> JSONResponse:
-    """Build an RFC 9457 problem+json response.
+    """Build an RFC 9457 problem+json response, its body a `Problem`.
 
     Args:
+        status: the HTTP status, repeated in the body's `status`.
+        title, detail: the body's `title` and `detail`.
         kind: short slug appended to the problem type URI; None gives "about:blank".
         errors: per-field problems, each {"field": ..., "message": ...} (extension member).
+        headers: extra response headers (WWW-Authenticate, Retry-After, Accept).
+        instance: the request path as the app sees it (percent-decoded); the body's
+            `instance` is it percent-encoded again, a URI reference (RFC 9457 §3.1.5:
+            a path of non-ASCII characters is not one). None leaves it out.
+
+    Returns:
+        A JSONResponse with media type application/problem+json.
     """
-    content: dict[str, Any] = {
+    content: Problem = {
         "type": TYPE_BASE + kind if kind else "about:blank",
         "title": title,
         "status": status,
         "detail": detail,
     }
     if instance:
-        content["instance"] = instance
+        content["instance"] = quote(instance, safe=_PATH_SAFE)
     if errors:
-        content["errors"] = list(errors)
+        content["errors"] = [FieldError(field=e["field"], message=e["message"]) for e in errors]
     return JSONResponse(content, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 

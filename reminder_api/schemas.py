@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.config import JsonDict
 
 from reminder_core.domain.localtime import MAX_YEAR, MIN_YEAR
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
@@ -16,7 +17,9 @@ MAX_TITLE = 200
 MAX_BODY = 10_000
 MAX_REQUEST_ID = 200
 MAX_RRULE_CHARS = 1024
-MAX_EXDATES_IN_REQUEST = 1000  # parse bound; the configured MAX_EXDATES is checked later
+#: Parse bound of `exdates`; the configured MAX_EXDATES (default 100) is checked later, and
+#: the OpenAPI document states the smaller of the two (reminder_api.openapi).
+MAX_EXDATES_IN_REQUEST = 1000
 
 
 def _no_nul(value: str | None) -> str | None:
@@ -53,8 +56,9 @@ class Strict(BaseModel):
 
 
 class DstPolicy(Strict):
-    """What to do with local times that DST makes disappear or repeat (see docs/design.md,
-    "DST policies")."""
+    """What to do with local times that DST makes disappear or repeat."""
+
+    # The rules: docs/design.md, "DST policies" (the class docstring is the API's text).
 
     nonexistent: Literal["shift", "skip"] = Field(
         default="shift",
@@ -238,8 +242,32 @@ class PreviewRequest(ScheduleIn):
         return parse_instant(self.from_).astimezone(UTC) if self.from_ is not None else None
 
 
+REMINDER_EXAMPLE: JsonDict = {
+    "id": "0b6f3a52-4c1e-4e8a-9a57-2f4ad1d2c8e1",
+    "title": "Standup",
+    "body": None,
+    "start_local": "2031-12-01T08:30:00",
+    "timezone": "Europe/Paris",
+    "rrule": "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR",
+    "exdates": ["2031-12-25T08:30:00"],
+    "all_day": False,
+    "dst": {"nonexistent": "shift", "ambiguous": "first"},
+    "misfire": {"policy": "latest", "max_lateness_s": 3600},
+    "status": "pending",
+    "next_run_utc": "2031-12-01T07:30:00Z",
+    "version": 1,
+    "client_request_id": None,
+    "last_error": None,
+    "paused_reason": None,
+    "created_at": "2031-11-20T10:00:00Z",
+    "updated_at": "2031-11-20T10:00:00Z",
+}
+
+
 class ReminderOut(BaseModel):
     """A reminder as the API shows it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [REMINDER_EXAMPLE]})
 
     id: uuid.UUID
     title: str
@@ -286,6 +314,32 @@ class OccurrenceOut(BaseModel):
 
 class OccurrenceList(BaseModel):
     """Upcoming occurrences, ascending."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "timezone": "America/New_York",
+                    "items": [
+                        {
+                            "run_time_utc": "2031-03-08T07:30:00Z",
+                            "local": "2031-03-08T02:30:00-05:00",
+                            "rule_local": "2031-03-08T02:30:00",
+                            "shifted": False,
+                            "skipped": False,
+                        },
+                        {
+                            "run_time_utc": "2031-03-09T07:30:00Z",
+                            "local": "2031-03-09T03:30:00-04:00",
+                            "rule_local": "2031-03-09T02:30:00",
+                            "shifted": True,
+                            "skipped": False,
+                        },
+                    ],
+                }
+            ]
+        }
+    )
 
     timezone: str
     items: list[OccurrenceOut]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Body, Depends
 
 from reminder_api.deps import (
     AppContext,
@@ -21,10 +21,32 @@ from reminder_core.scheduling import accepted_schedule
 router = APIRouter(prefix="/v1", tags=["occurrences"], dependencies=[Depends(reject_unknown_query)])
 
 
-@router.post("/occurrences:preview", response_model=OccurrenceList)
+PREVIEW_EXAMPLES = {
+    "dst": {
+        "summary": "Three days across New York's spring-forward night (02:30 shifted)",
+        "value": {
+            "start_local": "2031-03-08T02:30",
+            "timezone": "America/New_York",
+            "rrule": "FREQ=DAILY;COUNT=3",
+        },
+    },
+    "from": {
+        "summary": "Twenty weekday occurrences from an instant",
+        "value": {
+            "start_local": "2031-12-01T08:30",
+            "timezone": "Europe/Paris",
+            "rrule": "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR",
+            "from": "2032-03-01T00:00:00Z",
+            "limit": 20,
+        },
+    },
+}
+
+
+@router.post("/occurrences:preview", response_model=OccurrenceList, summary="Preview a schedule")
 @in_worker_thread
 def preview_occurrences(
-    payload: PreviewRequest,
+    payload: Annotated[PreviewRequest, Body(openapi_examples=PREVIEW_EXAMPLES)],
     user_id: Annotated[str, Depends(current_user)],
     ctx: Annotated[AppContext, Depends(context)],
 ) -> OccurrenceList:

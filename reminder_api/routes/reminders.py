@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Annotated
 from zoneinfo import ZoneInfo
 
-from fastapi import APIRouter, Depends, Header, Query, Response, status
+from fastapi import APIRouter, Body, Depends, Header, Query, Response, status
 from sqlalchemy import Connection
 
 from reminder_api.deps import (
@@ -24,6 +24,7 @@ from reminder_api.deps import (
     in_worker_thread,
     reject_unknown_query,
 )
+from reminder_api.openapi import problem_responses
 from reminder_api.schedules import (
     format_local,
     occurrence_list,
@@ -127,19 +128,67 @@ def zone_of(ctx: AppContext, user_id: str, timezone: str | None) -> ZoneInfo:
     return zone
 
 
+CREATE_EXAMPLES = {
+    "one-time": {
+        "summary": "A one-time reminder in a fixed zone",
+        "value": {
+            "title": "Call the dentist",
+            "body": "Bring the insurance card.",
+            "start_local": "2031-07-01T09:00",
+            "timezone": "America/New_York",
+        },
+    },
+    "recurring": {
+        "summary": "Every weekday at 08:30 in Paris, except Christmas",
+        "value": {
+            "title": "Standup",
+            "start_local": "2031-12-01T08:30",
+            "timezone": "Europe/Paris",
+            "rrule": "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR",
+            "exdates": ["2031-12-25T08:30"],
+        },
+    },
+    "all-day": {
+        "summary": "The last Friday of each month, all day, in the profile's zone",
+        "value": {
+            "title": "Timesheets",
+            "start_local": "2031-12-01",
+            "all_day": True,
+            "rrule": "FREQ=MONTHLY;BYDAY=-1FR",
+        },
+    },
+}
+
+PATCH_EXAMPLES = {
+    "title": {"summary": "A new title", "value": {"title": "Call the dentist (again)"}},
+    "reschedule": {
+        "summary": "Move a recurring reminder to 09:00, with its exclusion",
+        "value": {"start_local": "2031-12-01T09:00", "exdates": ["2031-12-25T09:00"]},
+    },
+    "one-time": {"summary": "Make it one-time", "value": {"rrule": None}},
+}
+
+#: A missing reminder, a state that forbids the change, a stale If-Match.
+CHANGE_ERRORS = problem_responses(404, 409, 412)
+
+
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=ReminderOut,
+    summary="Create a reminder",
     responses={
-        200: {"description": "Idempotent replay: the reminder created earlier"},
-        409: {"description": "Idempotency key reused with another body"},
-        422: {"description": "Invalid field (problem+json names it)"},
+        200: {
+            "model": ReminderOut,
+            "description": "Idempotent replay: the reminder created earlier with this key"
+            " and body (`Idempotent-Replayed: true`).",
+        },
+        **problem_responses(409),
     },
 )
 @in_worker_thread
 def create_reminder(
-    payload: ReminderCreate,
+    payload: Annotated[ReminderCreate, Body(openapi_examples=CREATE_EXAMPLES)],
     response: Response,
     user_id: User,
     ctx: Ctx,
@@ -147,11 +196,16 @@ def create_reminder(
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=MAX_REQUEST_ID)
     ] = None,
 ) -> ReminderOut:
-    """Create a one-time or recurring reminder; one transaction, no provider call
-    (see docs/design.md, "Producer never waits"). The response carries `next_run_utc`.
+    """Create a one-time or recurring reminder (201, with `Location` and `ETag`); the
+    response carries `next_run_utc`, its first occurrence. Nothing is sent on the request
+    path.
 
-    Idempotent on `client_request_id` or the `Idempotency-Key` header: the same key and
-    body return the reminder created first (200); the same key with another body is 409.
+    Idempotent on `client_request_id` or the `Idempotency-Key` header (not both with
+    different values): the same key and body return the reminder created first (200);
+    the same key with another body is 409. A user without a profile (email address) is
+    refused with 422: no email could be sent.
+    \f
+    One transaction, no provider call (docs/design.md, "Producer never waits").
     """
     key = payload.client_request_id or idempotency_key
     if (
@@ -207,6 +261,9 @@ def _replay(existing: ReminderRecord, response: Response) -> ReminderOut:
     return to_out(existing)
 
 
+CURSOR = "A page's `next_cursor`, for the page after it (opaque; any other value is a 422)."
+
+
 def encode_cursor(r: ReminderRecord) -> str:
     raw = f"{r.created_at.isoformat()}|{r.id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -229,14 +286,17 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         raise InvalidInput("cursor", "is not a cursor returned by this API") from None
 
 
-@router.get("", response_model=ReminderPage)
+@router.get("", response_model=ReminderPage, summary="List reminders")
 @in_worker_thread
 def list_reminders(
     user_id: User,
     ctx: Ctx,
-    limit: Annotated[int, Query(ge=1, le=100)] = 50,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
-    status_: Annotated[list[ReminderStatus] | None, Query(alias="status")] = None,
+    limit: Annotated[int, Query(ge=1, le=100, description="Page size.")] = 50,
+    cursor: Annotated[str | None, Query(description=CURSOR)] = None,
+    status_: Annotated[
+        list[ReminderStatus] | None,
+        Query(alias="status", description="Only reminders in these states (repeatable)."),
+    ] = None,
 ) -> ReminderPage:
     """The user's reminders, newest first; `next_cursor` is null on the last page."""
     with ctx.connect() as conn:
@@ -259,7 +319,12 @@ def _get(conn: Connection, user_id: str, reminder_id: uuid.UUID) -> ReminderReco
     return r
 
 
-@router.get("/{reminder_id}", response_model=ReminderOut)
+@router.get(
+    "/{reminder_id}",
+    response_model=ReminderOut,
+    summary="Get a reminder",
+    responses=problem_responses(404),
+)
 @in_worker_thread
 def get_reminder(
     reminder_id: uuid.UUID, response: Response, user_id: User, ctx: Ctx
@@ -271,7 +336,12 @@ def get_reminder(
         return to_out(r)
 
 
-@router.delete("/{reminder_id}", response_model=ReminderOut)
+@router.delete(
+    "/{reminder_id}",
+    response_model=ReminderOut,
+    summary="Cancel a reminder",
+    responses=CHANGE_ERRORS,
+)
 @in_worker_thread
 def cancel_reminder(
     reminder_id: uuid.UUID,
@@ -328,18 +398,22 @@ NOT_NULL = frozenset({"title", "start_local", "all_day", "dst", "misfire"})
 @router.patch(
     "/{reminder_id}",
     response_model=ReminderOut,
-    responses={412: {"description": "If-Match names a stale version"}},
+    summary="Change a reminder",
+    responses=CHANGE_ERRORS,
 )
 @in_worker_thread
 def update_reminder(
     reminder_id: uuid.UUID,
-    payload: ReminderPatch,
+    payload: Annotated[ReminderPatch, Body(openapi_examples=PATCH_EXAMPLES)],
     response: Response,
     user_id: User,
     ctx: Ctx,
     if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
 ) -> ReminderOut:
-    """Change title, body, schedule or policies; bumps the version (the ETag).
+    """Change title, body, schedule or policies (JSON merge patch: a field not sent keeps
+    its value, null clears `body`, `timezone` and `rrule`); bumps the version (the ETag).
+    With `If-Match`, only if the reminder is still at that version (else 412); a
+    cancelled reminder is 409.
 
     A schedule change recomputes `next_run_utc` from now and supersedes an occurrence that
     is claimed but not yet sent (the sender records it `cancelled`). A title or body change
@@ -443,7 +517,12 @@ def _edit_of(payload: ReminderPatch, r: ReminderRecord, ctx: AppContext) -> Remi
     )
 
 
-@router.post("/{reminder_id}/pause", response_model=ReminderOut)
+@router.post(
+    "/{reminder_id}/pause",
+    response_model=ReminderOut,
+    summary="Pause a reminder",
+    responses=CHANGE_ERRORS,
+)
 @in_worker_thread
 def pause_reminder(
     reminder_id: uuid.UUID,
@@ -463,7 +542,12 @@ def pause_reminder(
         return to_out(r)
 
 
-@router.post("/{reminder_id}/resume", response_model=ReminderOut)
+@router.post(
+    "/{reminder_id}/resume",
+    response_model=ReminderOut,
+    summary="Resume a reminder",
+    responses=CHANGE_ERRORS,
+)
 @in_worker_thread
 def resume_reminder(
     reminder_id: uuid.UUID,
@@ -491,13 +575,18 @@ def resume_reminder(
         return to_out(r)
 
 
-@router.get("/{reminder_id}/occurrences", response_model=OccurrenceList)
+@router.get(
+    "/{reminder_id}/occurrences",
+    response_model=OccurrenceList,
+    summary="Next occurrences of a reminder",
+    responses=problem_responses(404),
+)
 @in_worker_thread
 def list_occurrences(
     reminder_id: uuid.UUID,
     user_id: User,
     ctx: Ctx,
-    limit: Annotated[int, Query(ge=1, le=100)] = 10,
+    limit: Annotated[int, Query(ge=1, le=100, description="How many occurrences.")] = 10,
 ) -> OccurrenceList:
     """The next `limit` occurrences (from next_run_utc; for a paused reminder, from now),
     each with its UTC instant, local wall time with offset and DST flags. A finished or
@@ -513,14 +602,19 @@ def list_occurrences(
         return occurrence_list(schedule_of(stored_of(r), config), zone, after, limit, config)
 
 
-@router.get("/{reminder_id}/deliveries", response_model=DeliveryPage)
+@router.get(
+    "/{reminder_id}/deliveries",
+    response_model=DeliveryPage,
+    summary="Delivery log of a reminder",
+    responses=problem_responses(404),
+)
 @in_worker_thread
 def list_deliveries(
     reminder_id: uuid.UUID,
     user_id: User,
     ctx: Ctx,
-    limit: Annotated[int, Query(ge=1, le=100)] = 50,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=100, description="Page size.")] = 50,
+    cursor: Annotated[str | None, Query(description=CURSOR)] = None,
 ) -> DeliveryPage:
     """What happened to each occurrence, newest first: its state (including `bounced`,
     `complained` and `suppressed`), provider, attempts, error and when it was sent.
