@@ -392,15 +392,23 @@ def migrate() -> None:
 def token(
     user: Annotated[str, typer.Option("--user", help="User id (the token's `sub`).")],
     ttl: Annotated[int, typer.Option(help="Lifetime in seconds.", min=60)] = 30 * 86400,
+    admin: Annotated[
+        bool,
+        typer.Option(
+            "--admin",
+            help="Add the reminders:admin scope: the operators' API (/v1/admin) and the"
+            " console's Operations page.",
+        ),
+    ] = False,
 ) -> None:
     """Print a bearer token for USER (development; uses JWT_SECRET or ./.reminders/jwt_secret).
 
     A USER without a profile in the profiles file (`reminders users list`) gets the token
     and a warning on stderr: the API refuses every create with it (422) until
-    `reminders users add USER ...`."""
+    `reminders users add USER ...`. With --admin the token also opens /v1/admin."""
     from reminder_core.errors import ConfigurationError
     from reminder_core.settings import Settings
-    from reminder_core.tokens import MAX_SUBJECT_LENGTH, mint_token
+    from reminder_core.tokens import ADMIN_SCOPE, MAX_SUBJECT_LENGTH, mint_token
     from reminders.users import warn_if_no_profile
 
     if not user or len(user) > MAX_SUBJECT_LENGTH or "\x00" in user:
@@ -408,11 +416,12 @@ def token(
         raise typer.Exit(2)
     settings = Settings()
     try:
-        typer.echo(mint_token(settings, user, ttl_s=ttl))
+        typer.echo(mint_token(settings, user, ttl_s=ttl, scopes=[ADMIN_SCOPE] if admin else []))
     except ConfigurationError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    warn_if_no_profile(settings, user)
+    if not admin:  # an operator need not be a user with reminders
+        warn_if_no_profile(settings, user)
 
 
 def main(

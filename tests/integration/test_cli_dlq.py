@@ -12,7 +12,7 @@ from sqlalchemy import Engine, text
 from typer.testing import CliRunner
 
 from reminder_core.settings import Settings
-from reminder_core.tokens import verify_token
+from reminder_core.tokens import verify_principal, verify_token
 from reminders.cli import app
 
 
@@ -115,11 +115,23 @@ def test_dlq_list_replay_and_purge(db: Engine, env: dict[str, str]) -> None:
 
 
 def test_token_command_mints_a_token_the_api_accepts(settings: Settings) -> None:
-    env = {"JWT_SECRET": settings.jwt_secret or ""}
+    env = {
+        "JWT_SECRET": settings.jwt_secret or "",
+        "PROFILES_FILE": str(settings.effective_profiles_file),  # alice has a profile there
+    }
     result = CliRunner().invoke(app, ["token", "--user", "alice"], env=env)
     assert result.exit_code == 0, result.output
-    token = result.output.strip()
+    assert result.stderr == ""  # no "has no profile" warning
+    token = result.stdout.strip()
     assert verify_token(token, key=settings.jwt_key(), settings=settings) == "alice"
+    assert not verify_principal(token, key=settings.jwt_key(), settings=settings).admin
+    # --admin: the reminders:admin scope (RFC 8693 §4.2 `scope` claim), and no profile
+    # warning for an operator without reminders.
+    sre = CliRunner().invoke(app, ["token", "--user", "sre", "--admin"], env=env)
+    assert sre.exit_code == 0, sre.output
+    assert sre.stderr == ""
+    principal = verify_principal(sre.stdout.strip(), key=settings.jwt_key(), settings=settings)
+    assert (principal.subject, principal.scopes) == ("sre", frozenset({"reminders:admin"}))
     empty = CliRunner().invoke(app, ["token", "--user", ""], env=env)
     assert empty.exit_code == 2
 
