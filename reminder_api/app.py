@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from reminder_api.console import mount_console
 from reminder_api.deps import AppContext
 from reminder_api.errors import RequestTooLarge, install_error_handlers, problem
 from reminder_api.metrics import RequestMetrics
@@ -109,6 +110,7 @@ def create_app(
             WebhookConfig.from_settings(settings), engine=engine, clock=clock, http=webhook_http
         )
     )
+    mount_console(app)  # the web console under /console (docs/console.md)
 
     @app.get("/healthz", tags=["operations"], summary="Liveness")
     async def healthz() -> dict[str, str]:

@@ -72,6 +72,7 @@ def banner(base_url: str, token: str, mail_dir: Path, zone: str) -> str:
     )
     return (
         f"API:      {base_url}   (OpenAPI: {base_url}/docs)\n"
+        f"Console:  {base_url}/console   (sign in with the token below)\n"
         f"User:     {DEMO_USER} <{DEMO_EMAIL}>, timezone {zone}\n"
         f"Token:    {token}\n"
         f"Emails:   {mail_dir}/*.eml\n\n"

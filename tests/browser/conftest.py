@@ -1,0 +1,114 @@
+"""Fixtures of the browser tests: a `reminders dev` and Debian's Chromium driven by
+Playwright (headless, --no-sandbox, executable_path: Playwright's own browser download is
+never used)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
+
+from reminder_core.db.session import normalize_url
+from tests.e2e.test_dev import DEMO_USER, DevProcess, reminders_command, running_dev, wait_ready
+from tests.support.workloads import fresh_database
+
+CHROMIUM = Path("/usr/bin/chromium")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = REPO_ROOT / "docs" / "screenshots"
+#: Short loops, so that a reminder due in a few seconds is sent within about a second.
+FAST_LOOPS = {"COORDINATOR_POLL_INTERVAL_S": "0.2", "SENDER_POLL_INTERVAL_S": "0.2"}
+WIDE: ViewportSize = {"width": 1280, "height": 900}
+NARROW: ViewportSize = {"width": 390, "height": 844}  # a phone
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "browser: drives Chromium against the console of a real `reminders dev`"
+    )
+
+
+@dataclass
+class Console:
+    """A running `reminders dev` and a token of its demo user."""
+
+    dev: DevProcess
+    token: str
+
+    @property
+    def url(self) -> str:
+        return f"{self.dev.base_url}/console"
+
+
+@pytest.fixture
+def console(tmp_path: Path) -> Iterator[Console]:
+    """`reminders dev` on a fresh database of DATABASE_URL's server (else its embedded
+    PostgreSQL), with the token `reminders token --user demo` prints."""
+    admin_url = os.environ.get("DATABASE_URL")
+    if admin_url:
+        with (
+            fresh_database(normalize_url(admin_url), "reminders_browser") as (url, _),
+            running_dev(tmp_path, url, FAST_LOOPS) as dev,
+        ):
+            yield _signed(dev)
+    else:
+        with running_dev(tmp_path, None, FAST_LOOPS) as dev:
+            yield _signed(dev)
+
+
+def _signed(dev: DevProcess) -> Console:
+    with httpx.Client(base_url=dev.base_url, timeout=10.0, trust_env=False) as client:
+        wait_ready(dev, client)
+    command = [*reminders_command(), "token", "--user", DEMO_USER]
+    printed = subprocess.check_output(command, cwd=dev.workdir, env=dev.env, timeout=30)
+    return Console(dev=dev, token=printed.decode().strip())
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium, headless (Playwright's own browser download is not used)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@contextmanager
+def signed_in_tab(
+    browser: Browser, console: Console, viewport: ViewportSize = WIDE
+) -> Iterator[Page]:
+    """A tab in a fresh browser context (its own sessionStorage), signed in."""
+    context = browser.new_context(viewport=viewport)
+    try:
+        tab = context.new_page()
+        sign_in(tab, console)
+        yield tab
+    finally:
+        context.close()
+
+
+def sign_in(tab: Page, console: Console) -> None:
+    """Open the console and paste the token on its sign-in screen."""
+    tab.goto(console.url)
+    expect(tab.get_by_role("heading", name="Sign in")).to_be_visible()
+    tab.get_by_label("Token").fill(console.token)
+    tab.get_by_role("button", name="Sign in").click()
+    expect(tab.get_by_role("heading", name="Your reminders")).to_be_visible()
+
+
+def screenshot(tab: Page, name: str) -> None:
+    """Save the whole page as docs/screenshots/<name>.png (docs/console.md shows them)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
