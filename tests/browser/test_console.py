@@ -47,6 +47,10 @@ def test_console(browser: Browser, console: Console) -> None:
     with signed_in_tab(browser, console, NARROW) as phone:
         expect(phone.locator("#reminders tbody tr").first).to_be_visible()
         screenshot(phone, "list-narrow")
+        phone.get_by_role("link", name="New reminder").click()
+        fill_schedule(phone, "2027-03-13T02:30", "America/New_York", "FREQ=DAILY;COUNT=3")
+        expect(phone.locator("#preview tbody tr.dst-shifted")).to_have_count(1)
+        screenshot(phone, "edit-narrow")
 
 
 def recurring_across_spring_forward_and_pause(page: Page) -> None:

@@ -417,21 +417,21 @@ function occurrenceRow(o, zone) {
     return el("tr", { class: "dst-skipped" },
       cell("Local time", el("s", {}, formatOffsetLocal(o.rule_local))),
       cell("UTC", el("span", { class: "muted" }, "not sent")),
-      cell("DST", el("span", { class: "badge dst" }, "Skipped"),
-        ` ${time} does not exist on ${day} (daylight saving time starts): not sent.`));
+      cell("DST", el("span", {}, el("span", { class: "badge dst" }, "Skipped"),
+        ` ${time} does not exist on ${day} (daylight saving time starts): not sent.`)));
   }
   const [date, clock, offset] = formatOffsetLocal(o.local).split(" ");
   const abbreviation = formatInZone(o.run_time_utc, zone).split(" ")[2];
   const local = el("span", { class: "when" }, `${date} ${clock} ${abbreviation}`,
     el("br"), el("span", { class: "muted" }, offset || ""));
   const note = o.shifted
-    ? [el("span", { class: "badge dst" }, "Shifted"),
-      ` ${time} does not exist on ${day} (daylight saving time starts): fires at ${clock.slice(0, 5)} ${abbreviation}.`]
-    : [el("span", { class: "muted" }, "—")];
+    ? el("span", {}, el("span", { class: "badge dst" }, "Shifted"),
+      ` ${time} does not exist on ${day} (daylight saving time starts): fires at ${clock.slice(0, 5)} ${abbreviation}.`)
+    : el("span", { class: "muted" }, "—");
   return el("tr", { class: o.shifted ? "dst-shifted" : "" },
     cell("Local time", local),
     cell("UTC", el("span", { class: "when" }, formatUtc(o.run_time_utc))),
-    cell("DST", ...note));
+    cell("DST", note));
 }
 
 // ------------------------------------------------------------------ detail and history
