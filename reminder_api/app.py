@@ -126,7 +126,10 @@ def create_app(
                 "description": "The database answers.",
                 "content": {"application/json": {"example": {"status": "ready"}}},
             },
-            **problem_responses(503),
+            503: {  # no Retry-After: answered to a probe, not to a client
+                "content": problem_responses(503)[503]["content"],
+                "description": "The database does not answer.",
+            },
         },
     )
     def readyz() -> Response:

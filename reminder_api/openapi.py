@@ -146,6 +146,42 @@ ERRORS: dict[int, tuple[str, Problem]] = {
     ),
 }
 
+#: Response headers that always come with an error status (reminder_api.errors,
+#: reminder_api.overload).
+ERROR_HEADERS: dict[int, dict[str, Any]] = {
+    401: {
+        "WWW-Authenticate": {
+            "description": "The bearer challenge (RFC 6750 §3): `Bearer`, or"
+            ' `Bearer error="invalid_token"` for a token that failed verification.',
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    },
+    415: {
+        "Accept": {
+            "description": "The media type the body must have: `application/json`.",
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    },
+    503: {
+        "Retry-After": {
+            "description": "Seconds to wait before retrying (RFC 9110 §10.2.3).",
+            "required": True,
+            "schema": {"type": "integer", "minimum": 0},
+        }
+    },
+}
+
+#: The `ETag` of a response that carries a reminder: its version, for `If-Match`.
+ETAG_HEADER = {
+    "ETag": {
+        "description": 'The reminder\'s version as an entity tag (`"3"`), for `If-Match`.',
+        "required": True,
+        "schema": {"type": "string"},
+    }
+}
+
 #: Answered by every bearer-authenticated route: the token check, and the load shedding
 #: or database outage that any of them may meet.
 AUTHENTICATED_ERRORS = (401, 503)
@@ -171,10 +207,13 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 def _problem_response(status: int) -> dict[str, Any]:
     description, example = ERRORS[status]
-    return {
+    response: dict[str, Any] = {
         "description": description,
         "content": {PROBLEM_JSON: {"schema": PROBLEM_REF, "example": example}},
     }
+    if status in ERROR_HEADERS:
+        response["headers"] = ERROR_HEADERS[status]
+    return response
 
 
 def install_openapi(app: FastAPI, settings: Settings) -> None:

@@ -24,7 +24,7 @@ from reminder_api.deps import (
     in_worker_thread,
     reject_unknown_query,
 )
-from reminder_api.openapi import problem_responses
+from reminder_api.openapi import ETAG_HEADER, problem_responses
 from reminder_api.schedules import (
     format_local,
     occurrence_list,
@@ -168,8 +168,21 @@ PATCH_EXAMPLES = {
     "one-time": {"summary": "Make it one-time", "value": {"rrule": None}},
 }
 
-#: A missing reminder, a state that forbids the change, a stale If-Match.
-CHANGE_ERRORS = problem_responses(404, 409, 412)
+#: The ETag of the reminder answered; a missing reminder, a state that forbids the
+#: change, a stale If-Match.
+CHANGED = {
+    200: {"description": "The reminder after the change.", "headers": ETAG_HEADER},
+    **problem_responses(404, 409, 412),
+}
+
+#: Where a created (or replayed) reminder is.
+LOCATION_HEADER = {
+    "Location": {
+        "description": "The reminder's URL, `/v1/reminders/{id}`.",
+        "required": True,
+        "schema": {"type": "string"},
+    }
+}
 
 
 @router.post(
@@ -178,10 +191,20 @@ CHANGE_ERRORS = problem_responses(404, 409, 412)
     response_model=ReminderOut,
     summary="Create a reminder",
     responses={
+        201: {"description": "The reminder created.", "headers": ETAG_HEADER | LOCATION_HEADER},
         200: {
             "model": ReminderOut,
             "description": "Idempotent replay: the reminder created earlier with this key"
-            " and body (`Idempotent-Replayed: true`).",
+            " and body.",
+            "headers": ETAG_HEADER
+            | LOCATION_HEADER
+            | {
+                "Idempotent-Replayed": {
+                    "description": "`true`: this is the reminder created earlier.",
+                    "required": True,
+                    "schema": {"type": "string", "enum": ["true"]},
+                }
+            },
         },
         **problem_responses(409),
     },
@@ -323,7 +346,10 @@ def _get(conn: Connection, user_id: str, reminder_id: uuid.UUID) -> ReminderReco
     "/{reminder_id}",
     response_model=ReminderOut,
     summary="Get a reminder",
-    responses=problem_responses(404),
+    responses={
+        200: {"description": "The reminder.", "headers": ETAG_HEADER},
+        **problem_responses(404),
+    },
 )
 @in_worker_thread
 def get_reminder(
@@ -340,7 +366,7 @@ def get_reminder(
     "/{reminder_id}",
     response_model=ReminderOut,
     summary="Cancel a reminder",
-    responses=CHANGE_ERRORS,
+    responses=CHANGED,
 )
 @in_worker_thread
 def cancel_reminder(
@@ -399,7 +425,7 @@ NOT_NULL = frozenset({"title", "start_local", "all_day", "dst", "misfire"})
     "/{reminder_id}",
     response_model=ReminderOut,
     summary="Change a reminder",
-    responses=CHANGE_ERRORS,
+    responses=CHANGED,
 )
 @in_worker_thread
 def update_reminder(
@@ -521,7 +547,7 @@ def _edit_of(payload: ReminderPatch, r: ReminderRecord, ctx: AppContext) -> Remi
     "/{reminder_id}/pause",
     response_model=ReminderOut,
     summary="Pause a reminder",
-    responses=CHANGE_ERRORS,
+    responses=CHANGED,
 )
 @in_worker_thread
 def pause_reminder(
@@ -546,7 +572,7 @@ def pause_reminder(
     "/{reminder_id}/resume",
     response_model=ReminderOut,
     summary="Resume a reminder",
-    responses=CHANGE_ERRORS,
+    responses=CHANGED,
 )
 @in_worker_thread
 def resume_reminder(
