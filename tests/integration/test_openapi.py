@@ -32,8 +32,10 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from sqlalchemy import Engine
 
-from tests.integration.api_support import PROBLEM_JSON, URL, TokenFor, bearer
+from reminder_core.settings import Settings
+from tests.integration.api_support import PROBLEM_JSON, URL, Clock, TokenFor, bearer, build_app
 from tests.integration.test_api import assert_problem
 
 #: The operations of the reminders API (tags reminders and occurrences). The provider
@@ -381,13 +383,31 @@ def test_documented_limits_are_enforced(
     limits = documented_limits(document)
     assert len(limits) >= 20  # the document states them: this test is not vacuous
     for limit in limits:
-        make = VALUE_OF[limit.field]
-        at = send(client, headers, limit, make(limit.bound))
-        assert at.status_code in (200, 201), (limit, at.text)
-        if limit.past < 0:
-            continue  # nothing below zero to build (a length or a count of 0 is the floor)
-        past = send(client, headers, limit, make(limit.past))
-        assert_problem(past, 422, limit.field)
+        check_limit(client, headers, limit)
+
+
+def check_limit(client: TestClient, headers: dict[str, str], limit: Limit) -> None:
+    """A value at `limit` is accepted; the nearest one past it is a 422 naming the field."""
+    make = VALUE_OF[limit.field]
+    at = send(client, headers, limit, make(limit.bound))
+    assert at.status_code in (200, 201), (limit, at.text)
+    if limit.past < 0:
+        return  # nothing below zero to build (a length or a count of 0 is the floor)
+    past = send(client, headers, limit, make(limit.past))
+    assert_problem(past, 422, limit.field)
+
+
+def test_exdates_limit_follows_max_exdates(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    # MAX_EXDATES is a setting (docs/configuration.md): the document states the one in force.
+    custom = settings.model_copy(update={"max_exdates": 3})
+    with TestClient(build_app(custom, db, clock)) as c:
+        limits = [lim for lim in documented_limits(c.get("/openapi.json").json())
+                  if lim.field == "exdates"]  # fmt: skip
+        assert {lim.bound for lim in limits} == {3}
+        for limit in limits:
+            check_limit(c, bearer(token_for("alice")), limit)
 
 
 # --------------------------------------------------------------------------------------
