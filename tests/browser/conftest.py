@@ -86,23 +86,48 @@ def browser() -> Iterator[Browser]:
 
 
 @contextmanager
-def signed_in_tab(
-    browser: Browser, console: Console, viewport: ViewportSize = WIDE
+def console_tab(
+    browser: Browser, console: Console, viewport: ViewportSize = WIDE, *, signed_in: bool = True
 ) -> Iterator[Page]:
-    """A tab in a fresh browser context (its own sessionStorage), signed in."""
+    """A tab on the console in a fresh browser context (its own sessionStorage), signed in
+    unless `signed_in` is false. On a normal exit, checks what the page did meanwhile: it
+    requested nothing from another origin (no CDN, docs/console.md), and logged no script
+    error or Content-Security-Policy refusal (the API's 4xx answers Chromium logs as
+    "Failed to load resource" are expected)."""
     context = browser.new_context(viewport=viewport)
     try:
         tab = context.new_page()
-        sign_in(tab, console)
+        requested: list[str] = []
+        errors: list[str] = []
+        tab.on("request", lambda request: requested.append(request.url))
+        tab.on("pageerror", lambda error: errors.append(str(error)))
+        tab.on(
+            "console",
+            lambda message: (
+                errors.append(message.text)
+                if message.type == "error"
+                and not message.text.startswith("Failed to load resource")
+                else None
+            ),
+        )
+        response = tab.goto(console.url)
+        assert response is not None
+        assert response.status == 200
+        policy = response.headers["content-security-policy"]
+        assert "script-src 'self'" in policy, policy
+        assert "connect-src 'self'" in policy, policy
+        expect(tab.get_by_role("heading", name="Sign in")).to_be_visible()
+        if signed_in:
+            sign_in(tab, console)
         yield tab
+        assert [u for u in requested if not u.startswith(console.dev.base_url + "/")] == []
+        assert errors == []
     finally:
         context.close()
 
 
 def sign_in(tab: Page, console: Console) -> None:
-    """Open the console and paste the token on its sign-in screen."""
-    tab.goto(console.url)
-    expect(tab.get_by_role("heading", name="Sign in")).to_be_visible()
+    """Paste the token on the console's sign-in screen."""
     tab.get_by_label("Token").fill(console.token)
     tab.get_by_role("button", name="Sign in").click()
     expect(tab.get_by_role("heading", name="Your reminders")).to_be_visible()

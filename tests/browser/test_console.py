@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.conftest import NARROW, Console, screenshot, signed_in_tab
+from tests.browser.conftest import NARROW, Console, console_tab, screenshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -38,13 +38,13 @@ def test_console(browser: Browser, console: Console) -> None:
     """One `reminders dev` and one Chromium for every scenario (under pytest-xdist, tests
     of their own would each start both); each scenario in a fresh browser context."""
     refused_token(browser, console)
-    with signed_in_tab(browser, console) as page:
+    with console_tab(browser, console) as page:
         recurring_across_spring_forward_and_pause(page)
-    with signed_in_tab(browser, console) as page:
+    with console_tab(browser, console) as page:
         problems_next_to_fields(page)
-    with signed_in_tab(browser, console) as page:
+    with console_tab(browser, console) as page:
         delivery_in_history(page)
-    with signed_in_tab(browser, console, NARROW) as phone:
+    with console_tab(browser, console, NARROW) as phone:
         expect(phone.locator("#reminders tbody tr").first).to_be_visible()
         screenshot(phone, "list-narrow")
         phone.get_by_role("link", name="New reminder").click()
@@ -192,10 +192,7 @@ def problems_next_to_fields(page: Page) -> None:
 
 
 def refused_token(browser: Browser, console: Console) -> None:
-    context = browser.new_context()
-    try:
-        tab = context.new_page()
-        tab.goto(console.url)
+    with console_tab(browser, console, signed_in=False) as tab:
         tab.get_by_label("Token").fill("not.a.token")
         tab.get_by_role("button", name="Sign in").click()
         token = tab.get_by_label("Token")
@@ -203,5 +200,3 @@ def refused_token(browser: Browser, console: Console) -> None:
         expect(tab.locator(".field[data-field=token] .error")).not_to_be_empty()
         expect(tab.get_by_role("heading", name="Sign in")).to_be_visible()
         screenshot(tab, "sign-in-refused")
-    finally:
-        context.close()
