@@ -24,6 +24,7 @@ from reminder_api.admin_schemas import (
     WorkerOut,
 )
 from reminder_api.deps import AppContext, context, current_admin, in_worker_thread
+from reminder_api.openapi import problem_responses
 from reminder_core.dlq import list_dead_letters, replay
 from reminder_core.domain.suppression import normalize_address
 from reminder_core.errors import InvalidInput
@@ -35,7 +36,12 @@ from reminder_core.store import delivery_log, worker_heartbeats
 from reminder_core.store.worker_heartbeats import WorkerRow
 from reminder_core.suppression import list_suppressions, remove_suppression
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(current_admin)])
+router = APIRouter(
+    prefix="/v1/admin",
+    tags=["admin"],
+    dependencies=[Depends(current_admin)],
+    responses=problem_responses(403),
+)
 
 Ctx = Annotated[AppContext, Depends(context)]
 
