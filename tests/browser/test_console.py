@@ -133,7 +133,11 @@ def recurring_across_spring_forward_and_pause(page: Page) -> None:
     rows = page.locator("#preview tbody tr")
     expect(rows).to_have_count(2)
     expect(rows.nth(1)).to_have_class(re.compile(r"\bdst-shifted\b"))
-    page.get_by_role("button", name="Save changes").click()
+    with page.expect_request(lambda request: request.method == "PATCH") as patch:
+        page.get_by_role("button", name="Save changes").click()
+    # Only what changed: an unchanged schedule sent again would count as a schedule change.
+    assert set(patch.value.post_data_json) == {"title", "exdates"}
+    assert patch.value.headers["if-match"] == '"3"'  # created 1, paused 2, resumed 3
     expect(page.get_by_role("heading", name="Water the roses (New York)")).to_be_visible()
     expect(page.locator("#d-status")).to_have_text("pending")
 

@@ -287,6 +287,14 @@ function readReminder(form) {
   };
 }
 
+/** The members of `now` that differ from `before` (a PATCH body: an unchanged schedule
+ * sent again would still count as a schedule change, docs/api.md). */
+function changes(before, now) {
+  return Object.fromEntries(
+    Object.entries(now).filter(([key, value]) => JSON.stringify(value) !== JSON.stringify(before[key])),
+  );
+}
+
 function fillForm(form, r) {
   form.elements.title.value = r.title;
   form.elements.body.value = r.body || "";
@@ -313,6 +321,7 @@ async function editView(id) {
   const box = $("#form-problem", view);
   const fromInput = $("#f-from", view);
   let etag = null;
+  let original = null; // the form's values as loaded: a save sends only what changed
   let idempotencyKey = newKey();
   fillZones($("#zones", view));
   if (id) {
@@ -323,6 +332,7 @@ async function editView(id) {
       const answer = await call("GET", `/v1/reminders/${id}`, { signal });
       etag = answer.etag;
       fillForm(form, answer.data);
+      original = readReminder(form);
     } catch (error) {
       if (!handleAuth(error)) showProblem(box, error, form);
       return;
@@ -334,7 +344,7 @@ async function editView(id) {
   fromInput.addEventListener("input", preview);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const body = readReminder(form);
+    const body = original ? changes(original, readReminder(form)) : readReminder(form);
     const save = $("#save", view);
     save.disabled = true;
     try {
