@@ -65,9 +65,14 @@ def console(tmp_path: Path) -> Iterator[Console]:
 def _signed(dev: DevProcess) -> Console:
     with httpx.Client(base_url=dev.base_url, timeout=10.0, trust_env=False) as client:
         wait_ready(dev, client)
-    command = [*reminders_command(), "token", "--user", DEMO_USER]
+    return Console(dev=dev, token=mint(dev, "--user", DEMO_USER))
+
+
+def mint(dev: DevProcess, *args: str) -> str:
+    """The token `reminders token ARGS` prints in the dev's directory and environment."""
+    command = [*reminders_command(), "token", *args]
     printed = subprocess.check_output(command, cwd=dev.workdir, env=dev.env, timeout=30)
-    return Console(dev=dev, token=printed.decode().strip())
+    return printed.decode().strip()
 
 
 @pytest.fixture
@@ -87,13 +92,18 @@ def browser() -> Iterator[Browser]:
 
 @contextmanager
 def console_tab(
-    browser: Browser, console: Console, viewport: ViewportSize = WIDE, *, signed_in: bool = True
+    browser: Browser,
+    console: Console,
+    viewport: ViewportSize = WIDE,
+    *,
+    signed_in: bool = True,
+    token: str | None = None,
 ) -> Iterator[Page]:
     """A tab on the console in a fresh browser context (its own sessionStorage), signed in
-    unless `signed_in` is false. On a normal exit, checks what the page did meanwhile: it
-    requested nothing from another origin (no CDN, docs/console.md), and logged no script
-    error or Content-Security-Policy refusal (the API's 4xx answers Chromium logs as
-    "Failed to load resource" are expected)."""
+    with `token` (default: the demo user's) unless `signed_in` is false. On a normal exit,
+    checks what the page did meanwhile: it requested nothing from another origin (no CDN,
+    docs/console.md), and logged no script error or Content-Security-Policy refusal (the
+    API's 4xx answers Chromium logs as "Failed to load resource" are expected)."""
     context = browser.new_context(viewport=viewport)
     try:
         tab = context.new_page()
@@ -118,7 +128,7 @@ def console_tab(
         assert "connect-src 'self'" in policy, policy
         expect(tab.get_by_role("heading", name="Sign in")).to_be_visible()
         if signed_in:
-            sign_in(tab, console)
+            sign_in(tab, token or console.token)
         yield tab
         assert [u for u in requested if not u.startswith(console.dev.base_url + "/")] == []
         assert errors == []
@@ -126,9 +136,9 @@ def console_tab(
         context.close()
 
 
-def sign_in(tab: Page, console: Console) -> None:
-    """Paste the token on the console's sign-in screen."""
-    tab.get_by_label("Token").fill(console.token)
+def sign_in(tab: Page, token: str) -> None:
+    """Paste `token` on the console's sign-in screen."""
+    tab.get_by_label("Token").fill(token)
     tab.get_by_role("button", name="Sign in").click()
     expect(tab.get_by_role("heading", name="Your reminders")).to_be_visible()
 

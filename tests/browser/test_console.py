@@ -1,6 +1,8 @@
 """The web console (issue 16) in a real Chromium against a real `reminders dev`: sign in
 with a token, a recurring reminder across New York's spring-forward with its preview, pause,
-a reminder due in seconds and its delivery history, problem+json errors next to fields.
+a reminder due in seconds and its delivery history, problem+json errors next to fields;
+and as an SRE (a `reminders token --admin` token) the Operations page: live workers, the
+delivery-lag chart, a dead letter replayed and then delivered once.
 
 Expected values come from the zone's real DST dates and docs/api.md, not from the code:
 in 2027 New York springs forward on Sunday March 14 at 02:00 EST -> 03:00 EDT (the second
@@ -16,12 +18,14 @@ from __future__ import annotations
 import math
 import re
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
+from sqlalchemy import create_engine, text
 
-from tests.browser.conftest import NARROW, Console, console_tab, screenshot
+from tests.browser.conftest import NARROW, Console, console_tab, mint, screenshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -44,6 +48,7 @@ def test_console(browser: Browser, console: Console) -> None:
         problems_next_to_fields(page)
     with console_tab(browser, console) as page:
         delivery_in_history(page)
+    operations_as_sre(browser, console)
     with console_tab(browser, console, NARROW) as phone:
         expect(phone.locator("#reminders tbody tr").first).to_be_visible()
         screenshot(phone, "list-narrow")
@@ -204,3 +209,83 @@ def refused_token(browser: Browser, console: Console) -> None:
         expect(tab.locator(".field[data-field=token] .error")).not_to_be_empty()
         expect(tab.get_by_role("heading", name="Sign in")).to_be_visible()
         screenshot(tab, "sign-in-refused")
+
+
+def dead_letter_of_a_new_reminder(console: Console) -> str:
+    """A one-time reminder due in an hour whose occurrence is in the dead-letter queue, as
+    after MAX_RECEIVE_COUNT failed receives (claimed; the message body in the claim's own
+    shape, reminder_claim_due_to_queue). Returns the reminder id."""
+    due = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    created = httpx.post(
+        f"{console.dev.base_url}/v1/reminders",
+        headers={"Authorization": f"Bearer {console.token}"},
+        json={"title": "Replayed by the SRE", "start_local": due.strftime("%Y-%m-%dT%H:%M:%S"),
+              "timezone": "UTC"},
+        timeout=10,
+        trust_env=False,
+    )  # fmt: skip
+    assert created.status_code == 201, created.text
+    rid = created.json()["id"]
+    engine = create_engine(console.dev.db_url())
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE reminders SET status = 'claimed', claimed_by = 'test@gone:1',"
+                    " claimed_at = now() WHERE id = :id"
+                ),
+                {"id": rid},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO queue_messages (queue_name, body, visible_at, receive_count,"
+                    " dead_lettered, dead_lettered_at)"
+                    " SELECT 'reminders', jsonb_build_object('reminder_id', id, 'run_time_utc',"
+                    " to_char(next_run_utc AT TIME ZONE 'UTC',"
+                    " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"'), 'version', version, 'user_id',"
+                    " user_id), now(), 5, true, now() FROM reminders WHERE id = :id"
+                ),
+                {"id": rid},
+            )
+    finally:
+        engine.dispose()
+    return rid
+
+
+def operations_as_sre(browser: Browser, console: Console) -> None:
+    # A user's token: no Operations link, and the page itself says what it needs (403).
+    with console_tab(browser, console) as page:
+        expect(page.locator("#ops-link")).to_be_hidden()
+        page.goto(f"{console.url}#/ops")
+        expect(page.locator("#ops-problem")).to_contain_text("reminders:admin")
+    rid = dead_letter_of_a_new_reminder(console)
+    with console_tab(browser, console, token=mint(console.dev, "--user", "ops", "--admin")) as page:
+        page.get_by_role("link", name="Operations").click()
+        expect(page.get_by_role("heading", name="Operations")).to_be_visible()
+        # `reminders dev` runs every workload in one process: one live worker per role.
+        for role in ("coordinator", "outbox_sweeper", "sender", "maintenance"):
+            check = page.locator(f"#ops-checks tr[data-check=workers_{role}]")
+            expect(check).to_contain_text("OK")
+            expect(page.locator(f"#ops-workers tr[data-role={role}]")).to_contain_text("OK")
+        # The reminder delivered earlier in this test is a point of each percentile.
+        expect(page.locator("#lag-chart circle.point-p99").first).to_be_attached()
+        letter = page.locator("#ops-letters tbody tr")
+        expect(letter).to_have_count(1)
+        expect(letter).to_contain_text(rid)
+        screenshot(page, "operations")
+        page.get_by_role("button", name="Replay all").click()
+        expect(page.locator("#replay-result")).to_contain_text("Redriven 1")
+        expect(page.locator("#ops-dlq")).to_contain_text("The dead-letter queue is empty.")
+    # The safe replay sends the occurrence it names, once.
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_MS / 1000
+    while True:
+        deliveries = httpx.get(
+            f"{console.dev.base_url}/v1/reminders/{rid}/deliveries",
+            headers={"Authorization": f"Bearer {console.token}"},
+            timeout=10,
+            trust_env=False,
+        ).json()["items"]
+        if [d["status"] for d in deliveries] == ["sent"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert [d["status"] for d in deliveries] == ["sent"], deliveries

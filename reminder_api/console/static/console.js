@@ -2,6 +2,7 @@
 // delivery history), #/r/<id>/edit. Every value from the API is written with textContent.
 import { call, newKey, Problem, token } from "./api.js";
 import { $, el } from "./dom.js";
+import { opsView, tokenIsAdmin } from "./ops.js";
 
 const PREVIEW_DELAY_MS = 300;
 const HISTORY_POLL_MS = 2000;
@@ -154,6 +155,17 @@ function mount(templateId) {
   return { view, signal: viewAbort.signal };
 }
 
+/** The operators' page (ops.js), for a token with the reminders:admin scope; the API
+ * answers 403 otherwise, and the page says so. */
+function opsRoute() {
+  viewAbort.abort();
+  viewAbort = new AbortController();
+  clearInterval(pollTimer);
+  const view = $("#view");
+  opsView(view, { signal: viewAbort.signal, onAuth: handleAuth });
+  focusHeading(view);
+}
+
 function focusHeading(view) {
   const heading = $("h1", view);
   heading.tabIndex = -1;
@@ -163,9 +175,11 @@ function focusHeading(view) {
 function route() {
   const signedIn = Boolean(token.get());
   $("#account").hidden = !signedIn;
+  $("#ops-link").hidden = !tokenIsAdmin();
   if (!signedIn) return loginView();
   const hash = location.hash || "#/";
   let match;
+  if (hash === "#/ops") return opsRoute();
   if (hash === "#/new") return editView(null);
   if ((match = /^#\/r\/([0-9a-f-]{36})\/edit$/.exec(hash))) return editView(match[1]);
   if ((match = /^#\/r\/([0-9a-f-]{36})$/.exec(hash))) return detailView(match[1]);
