@@ -75,6 +75,8 @@ def banner(base_url: str, token: str, mail_dir: Path, zone: str) -> str:
         f"Console:  {base_url}/console   (sign in with the token below)\n"
         f"User:     {DEMO_USER} <{DEMO_EMAIL}>, timezone {zone}\n"
         f"Token:    {token}\n"
+        "Operator: .venv/bin/reminders token --user ops --admin   (the console's Operations"
+        " page, /v1/admin)\n"
         f"Emails:   {mail_dir}/*.eml\n\n"
         f"Create a reminder due in a minute:\n\n{curl}\n\n"
         "Ctrl-C stops everything."
