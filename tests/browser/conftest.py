@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -144,6 +145,12 @@ def sign_in(tab: Page, token: str) -> None:
 
 
 def screenshot(tab: Page, name: str) -> None:
-    """Save the whole page as docs/screenshots/<name>.png (docs/console.md shows them)."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    tab.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    """Save the whole page as <name>.png: into docs/screenshots/ (which docs/console.md
+    and the README show) when CONSOLE_SCREENSHOTS=1, else into a temporary directory, so
+    that a test run does not rewrite tracked files."""
+    directory = SCREENSHOTS if os.environ.get("CONSOLE_SCREENSHOTS") == "1" else _SCRATCH
+    directory.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(path=str(directory / f"{name}.png"), full_page=True)
+
+
+_SCRATCH = Path(tempfile.gettempdir()) / "reminders-console-screenshots"
