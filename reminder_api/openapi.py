@@ -291,12 +291,19 @@ def _document_errors(operation: dict[str, Any]) -> None:
     statuses: list[int] = []
     if operation.get("security"):
         statuses.extend(AUTHENTICATED_ERRORS)
-    if "application/json" in operation.get("requestBody", {}).get("content", {}):
+    # FastAPI adds its own 422 to a route with parameters or a parsed body; ours is a
+    # problem. A route that reads its body raw (the webhooks) has no 422 and states its
+    # own errors.
+    parsed = "422" in responses
+    if parsed and "application/json" in operation.get("requestBody", {}).get("content", {}):
         statuses.extend(BODY_ERRORS)
-    if "422" in responses:  # FastAPI's own, for a route with parameters: ours is a problem
+    if parsed:
         statuses.append(422)
     for status in statuses:
         responses[str(status)] = _problem_response(status)
+    for code, response in responses.items():
+        if int(code) >= 400 and "content" not in response:  # stated by the route
+            response["content"] = {PROBLEM_JSON: {"schema": PROBLEM_REF}}
     operation["responses"] = dict(sorted(responses.items()))
 
 

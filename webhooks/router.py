@@ -7,10 +7,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Literal
 
 import httpx
 from fastapi import APIRouter, Request
-from pydantic import SecretStr
+from pydantic import BaseModel, Field, SecretStr
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.concurrency import run_in_threadpool
@@ -31,6 +32,80 @@ from webhooks.sns import SnsVerifier, parse_ses_events
 log = logging.getLogger(__name__)
 
 PREFIX = "/v1/webhooks"
+
+
+class WebhookAnswer(BaseModel):
+    """The 200 answer of a webhook endpoint: the provider may stop retrying."""
+
+    status: Literal["processed", "confirmed", "ignored"] = Field(
+        description="`processed`: every event of the request was applied; `confirmed`: an"
+        " SNS subscription was confirmed; `ignored`: verified, but nothing to apply."
+    )
+    events: int = Field(ge=0, description="Events the request carried and were applied.")
+    duplicates: int = Field(
+        ge=0, description="Of those, replays of events already applied (nothing changed)."
+    )
+
+
+#: The error statuses of the webhook routes, for the OpenAPI document (the API's handlers
+#: answer each as application/problem+json; reminder_api.openapi adds that schema).
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying (RFC 9110 §10.2.3).",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0},
+    }
+}
+COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "The body is not JSON, or not the provider's documented shape."},
+    404: {"description": "This provider's webhook is not configured (its WEBHOOK_* settings)."},
+    413: {"description": "The body is over WEBHOOK_MAX_BODY_BYTES (default 1 MiB)."},
+    503: {
+        "description": "The database, or the SNS certificate host, cannot be reached or"
+        " answers 5xx; the provider retries.",
+        "headers": RETRY_AFTER,
+    },
+}
+SES_ERRORS: dict[int | str, dict[str, Any]] = {
+    **COMMON_ERRORS,
+    401: {
+        "description": "The SNS signature does not verify, or its certificate or"
+        " SubscribeURL is not an https://sns.<region>.amazonaws.com URL serving one."
+    },
+    403: {"description": "A message from an SNS topic not in WEBHOOK_SNS_TOPIC_ARNS."},
+}
+RESEND_ERRORS: dict[int | str, dict[str, Any]] = {
+    **COMMON_ERRORS,
+    401: {
+        "description": "The Svix signature (svix-id, svix-timestamp, svix-signature) is"
+        " missing, malformed, outside the 5-minute tolerance or does not verify."
+    },
+}
+POSTMARK_ERRORS: dict[int | str, dict[str, Any]] = {
+    **COMMON_ERRORS,
+    401: {
+        "description": "Missing, malformed or wrong Basic credentials (RFC 7617).",
+        "headers": {
+            "WWW-Authenticate": {
+                "description": "The Basic challenge (RFC 7617 §2).",
+                "required": True,
+                "schema": {"type": "string"},
+            }
+        },
+    },
+}
+
+
+def raw_body(media_type: str, description: str) -> dict[str, Any]:
+    """`openapi_extra` of a route that reads its body raw (verified before it is parsed)."""
+    schema = {"type": "object"} if media_type == "application/json" else {"type": "string"}
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {media_type: {"schema": schema}},
+        }
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +187,9 @@ def build_router(
     )
     limit = config.max_body_bytes
 
-    def apply_all(events: list[WebhookEvent], body: bytes) -> dict[str, object]:
+    def apply_all(events: list[WebhookEvent], body: bytes) -> WebhookAnswer:
         if not events:
-            return {"status": "ignored", "events": 0, "duplicates": 0}
+            return WebhookAnswer(status="ignored", events=0, duplicates=0)
         now = clock()
         try:
             with engine.begin() as conn:
@@ -137,18 +212,26 @@ def build_router(
             len(results) - duplicates,
             duplicates,
         )
-        return {"status": "processed", "events": len(results), "duplicates": duplicates}
+        return WebhookAnswer(status="processed", events=len(results), duplicates=duplicates)
 
-    def handle_ses(verifier: SnsVerifier, body: bytes) -> dict[str, object]:
+    def handle_ses(verifier: SnsVerifier, body: bytes) -> WebhookAnswer:
         receipt = verifier.receive(body)  # blocking: may fetch a certificate
         if receipt.action != "notification":
-            return {"status": receipt.action, "events": 0, "duplicates": 0}
+            return WebhookAnswer(status=receipt.action, events=0, duplicates=0)
         return apply_all(parse_ses_events(receipt.message), body)
 
     @router.post(
-        "/ses", summary="Amazon SES sends, deliveries, bounces and complaints through Amazon SNS"
+        "/ses",
+        summary="Amazon SES sends, deliveries, bounces and complaints through Amazon SNS",
+        response_model=WebhookAnswer,
+        responses=SES_ERRORS,
+        openapi_extra=raw_body(
+            "text/plain",
+            "An SNS HTTP(S) message (Notification, SubscriptionConfirmation or"
+            " UnsubscribeConfirmation): JSON sent as text/plain, signed by SNS.",
+        ),
     )
-    async def ses(request: Request) -> dict[str, object]:
+    async def ses(request: Request) -> WebhookAnswer:
         """An SNS HTTPS subscription of a topic that SES publishes feedback to."""
         if sns is None:
             raise NotFound("the SES webhook is not configured (WEBHOOK_SNS_TOPIC_ARNS)")
@@ -156,9 +239,17 @@ def build_router(
         return await run_in_threadpool(handle_ses, sns, body)
 
     @router.post(
-        "/resend", summary="Resend sent, delivered, bounced and complained events (Svix signature)"
+        "/resend",
+        summary="Resend sent, delivered, bounced and complained events (Svix signature)",
+        response_model=WebhookAnswer,
+        responses=RESEND_ERRORS,
+        openapi_extra=raw_body(
+            "application/json",
+            "A Resend event, signed per Standard Webhooks in the svix-id, svix-timestamp"
+            " and svix-signature headers.",
+        ),
     )
-    async def resend_webhook(request: Request) -> dict[str, object]:
+    async def resend_webhook(request: Request) -> WebhookAnswer:
         """A Resend webhook endpoint subscribed to email.sent, email.bounced and
         email.complained (email.delivered is read too)."""
         if resend is None:
@@ -168,8 +259,14 @@ def build_router(
         events = parse_resend_events(event_id, body)
         return await run_in_threadpool(apply_all, events, body)
 
-    @router.post("/postmark", summary="Postmark bounces and spam complaints (basic auth)")
-    async def postmark_webhook(request: Request) -> dict[str, object]:
+    @router.post(
+        "/postmark",
+        summary="Postmark bounces and spam complaints (basic auth)",
+        response_model=WebhookAnswer,
+        responses=POSTMARK_ERRORS,
+        openapi_extra=raw_body("application/json", "A Postmark Bounce or SpamComplaint record."),
+    )
+    async def postmark_webhook(request: Request) -> WebhookAnswer:
         """A Postmark bounce / spam complaint webhook URL with basic auth credentials."""
         if postmark is None:
             raise NotFound(

@@ -12,6 +12,7 @@ what the API enforces fails here.
 
 from __future__ import annotations
 
+import base64
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from openapi_spec_validator import validate
+from pydantic import SecretStr
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import (
@@ -114,6 +116,10 @@ EXPECTED_ERRORS: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/reminders/{reminder_id}/deliveries"): {401, 404, 422, 503},
     ("post", "/v1/occurrences:preview"): {400, 401, 413, 415, 422, 503},
     ("get", "/readyz"): {503},
+    # webhooks/router.py: signatures, not bearer tokens; the body read raw, so no 415/422.
+    ("post", "/v1/webhooks/ses"): {400, 401, 403, 404, 413, 503},
+    ("post", "/v1/webhooks/resend"): {400, 401, 404, 413, 503},
+    ("post", "/v1/webhooks/postmark"): {400, 401, 404, 413, 503},
 }
 
 
@@ -424,6 +430,25 @@ CHECKS = [
 EXAMPLES_PER_OPERATION = 20
 
 
+def for_each_case(strategy: Any, check: Callable[[Any], None]) -> None:
+    """Run `check` on EXAMPLES_PER_OPERATION cases of a schemathesis strategy, the same
+    cases on every run (derandomized, no example database)."""
+
+    @hypothesis.given(case=strategy)
+    @hypothesis.settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(hypothesis.HealthCheck),
+        phases=[hypothesis.Phase.generate],
+    )
+    def run(case: Any) -> None:
+        check(case)
+
+    run()
+
+
 def test_schemathesis_finds_no_nonconformance(client: TestClient, token_for: TokenFor) -> None:
     schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
     headers = bearer(token_for("alice"))
@@ -443,22 +468,52 @@ def test_schemathesis_finds_no_nonconformance(client: TestClient, token_for: Tok
                 else None
             )
             strategy = operation.as_strategy(generation_mode=mode, path_parameters=fixed)
-
-            @hypothesis.given(case=strategy)
-            @hypothesis.settings(
-                max_examples=EXAMPLES_PER_OPERATION,
-                deadline=None,
-                database=None,
-                derandomize=True,
-                suppress_health_check=list(hypothesis.HealthCheck),
-                phases=[hypothesis.Phase.generate],
+            for_each_case(
+                strategy, lambda case: case.call_and_validate(headers=headers, checks=CHECKS)
             )
-            def run(case: Any) -> None:
-                case.call_and_validate(headers=headers, checks=CHECKS)
-
-            run()
             ran += 1
     assert ran == 2 * 10  # ten operations of the reminders API, both modes
+
+
+WEBHOOKS = re.compile(r"^/v1/webhooks/")
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["configured", "unconfigured"])
+def test_schemathesis_webhooks_conform(
+    db: Engine, settings: Settings, clock: Clock, configured: bool
+) -> None:
+    # Generated bodies and headers carry no valid signature: every answer is a documented
+    # refusal (400/401/403, or 404 where the provider is not configured), as problem+json.
+    if configured:
+        settings = settings.model_copy(
+            update={
+                "webhook_sns_topic_arns": ("arn:aws:sns:us-east-1:123456789012:ses",),
+                "webhook_resend_secret": SecretStr(
+                    "whsec_" + base64.b64encode(b"0123456789abcdef01234567").decode()
+                ),
+                "webhook_postmark_user": SecretStr("postmark"),
+                "webhook_postmark_password": SecretStr("s3cret"),
+            }
+        )
+    refusals = (400, 401, 403) if configured else (404,)
+
+    def check(case: Any) -> None:
+        response = case.call_and_validate(checks=CHECKS)
+        assert response.status_code in refusals, response.text
+
+    with TestClient(build_app(settings, db, clock)) as client:
+        schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
+        ran = 0
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            if not WEBHOOKS.match(operation.path):
+                continue
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+                for_each_case(operation.as_strategy(generation_mode=mode), check)
+                ran += 1
+        assert ran == 2 * 3  # three providers, both modes
+        with db.connect() as conn:  # nothing generated was applied
+            assert conn.exec_driver_sql("select count(*) from webhook_events").scalar() == 0
 
 
 def test_unknown_reminder_id_is_404_problem(client: TestClient, token_for: TokenFor) -> None:
