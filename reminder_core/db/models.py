@@ -346,3 +346,18 @@ class WorkerHeartbeat(Base):
         CheckConstraint("consecutive_failures >= 0", name="consecutive_failures"),
         Index("ix_worker_heartbeats_role_last_seen_at", "role", "last_seen_at"),
     )
+
+
+class RateLimit(Base):
+    """The request budget of one user of the /v1 API (docs/operations.md, "Fair
+    limits"): GCRA's theoretical arrival time, written by `reminder_core.store.rate_limits`
+    from every API process, so they share one budget."""
+
+    __tablename__ = "rate_limits"
+
+    # The token's subject (`sub`).
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    # When the user's budget is whole again (GCRA's TAT); in the past: it is whole now.
+    tat: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (CheckConstraint("user_id <> ''", name="user_id_not_empty"),)
