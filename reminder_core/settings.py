@@ -479,6 +479,35 @@ class Settings(BaseSettings):
     api_retry_after_s: int = Field(
         default=1, ge=1, le=3600, description="Retry-After of a shed request (seconds)."
     )
+    rate_limit_per_minute: int = Field(
+        default=600,
+        ge=0,
+        le=1_000_000,
+        description="Requests one user (the token's sub) may make to the /v1 API per minute,"
+        " shared by every API process (kept in PostgreSQL); past it, 429 with Retry-After."
+        " 0: no rate limit.",
+    )
+    rate_limit_burst: int = Field(
+        default=100,
+        ge=1,
+        le=1_000_000,
+        description="Requests one user may make at once after being idle (the GCRA burst);"
+        " the budget refills at RATE_LIMIT_PER_MINUTE.",
+    )
+    quota_live_reminders: int = Field(
+        default=10_000,
+        ge=0,
+        description="Live (pending, claimed or paused) reminders one user may have; a create"
+        " or a change that makes one more live is answered 429 and stores nothing. 0: no"
+        " quota.",
+    )
+    quota_occurrences_per_day: int = Field(
+        default=48,
+        ge=0,
+        description="Occurrences one reminder's rule may fire in one local calendar day (in"
+        " its zone, over the year from its first occurrence); a create or schedule change"
+        " past it is answered 429 and stores nothing. 0: no quota.",
+    )
     db_pool_timeout_s: float = Field(
         default=5.0,
         gt=0,
