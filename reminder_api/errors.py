@@ -26,6 +26,7 @@ from reminder_core.errors import (
     PayloadTooLarge,
     PreconditionFailed,
     ProfileDataError,
+    QuotaExceeded,
     Unauthenticated,
 )
 from reminder_core.tokens import TokenError, verify_token
@@ -131,6 +132,7 @@ _DOMAIN_PROBLEMS: tuple[tuple[type[DomainError], int, str, str], ...] = (
     (PreconditionFailed, 412, "Precondition failed", "stale-version"),
     (PayloadTooLarge, 413, "Request too large", "too-large"),
     (MalformedBody, 400, "Malformed body", "malformed-body"),
+    (QuotaExceeded, 429, "Quota exceeded", "quota-exceeded"),
 )
 
 

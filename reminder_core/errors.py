@@ -10,7 +10,8 @@
     │   ├── Unauthenticated            a signature or credentials did not verify (webhooks)
     │   ├── Forbidden                  authentic, but not from a source we accept (SNS topic)
     │   ├── MalformedBody              a request body that cannot be parsed (not JSON, bad shape)
-    │   └── PayloadTooLarge            a request body over its size limit
+    │   ├── PayloadTooLarge            a request body over its size limit
+    │   └── QuotaExceeded              the change would take a user past a quota (live reminders)
     ├── DeliveryError                  sending one occurrence failed
     │   ├── TransientDeliveryError     retry later (timeouts, 429, 5xx); may carry retry_after_s
     │   └── PermanentDeliveryError     never retry (400/422, render error, bad address)
@@ -94,6 +95,22 @@ class MalformedBody(DomainError):
 
 class PayloadTooLarge(DomainError):
     """The request body is over its size limit (answered 413)."""
+
+
+class QuotaExceeded(DomainError):
+    """The change would take the user past one of their quotas (answered 429); nothing
+    was stored. Retrying the same call fails until the user frees room (cancels
+    reminders) or the operator raises the quota.
+
+    Attributes:
+        quota: the setting that sets the quota, e.g. "QUOTA_LIVE_REMINDERS".
+        limit: its value.
+    """
+
+    def __init__(self, quota: str, limit: int, reason: str) -> None:
+        super().__init__(f"{quota} ({limit}): {reason}")
+        self.quota = quota
+        self.limit = limit
 
 
 class DeliveryError(ReminderError):
