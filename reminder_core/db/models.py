@@ -24,7 +24,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSONB, TIMESTAMP, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
@@ -361,3 +361,22 @@ class RateLimit(Base):
     tat: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (CheckConstraint("user_id <> ''", name="user_id_not_empty"),)
+
+
+class CalendarFeed(Base):
+    """A user's iCalendar feed (docs/api.md, "Calendar feed and import"; issue 17): the
+    SHA-256 of the secret in its URL, written by `reminder_core.store.calendar_feeds`.
+    Rotating replaces the digest; revoking deletes the row."""
+
+    __tablename__ = "calendar_feeds"
+
+    # The token's subject (`sub`): one feed per user.
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    # SHA-256 of the URL's secret (the secret itself is never stored).
+    secret_sha256: Mapped[bytes] = mapped_column(BYTEA, unique=True)
+    # When this secret was made (a rotation sets it again).
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+
+    __table_args__ = (
+        CheckConstraint("octet_length(secret_sha256) = 32", name="secret_sha256_length"),
+    )

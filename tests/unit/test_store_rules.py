@@ -25,6 +25,7 @@ ENTITY = {
     "suppressions": "suppression",
     "webhook_events": "webhook_event",
     "worker_heartbeats": "worker_heartbeat",
+    "calendar_feeds": "calendar_feed",
     "transaction": "transaction",
 }
 
