@@ -26,6 +26,7 @@ ENTITY = {
     "webhook_events": "webhook_event",
     "worker_heartbeats": "worker_heartbeat",
     "calendar_feeds": "calendar_feed",
+    "rate_limits": "rate_limit",
     "transaction": "transaction",
 }
 

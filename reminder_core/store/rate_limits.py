@@ -1,0 +1,42 @@
+"""Typed statements on `rate_limits` (`sql/rate_limits.sql`; docs/operations.md, "Fair
+limits"). Every function runs on the caller's `Connection` and never commits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from reminder_core.store._statements import query, records
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """The outcome of `take`: `taken` True when the request fits the budget; `tat` the
+    user's theoretical arrival time after the statement (aware UTC), None when unknown
+    (refused against a row inserted by a concurrent request)."""
+
+    tat: datetime | None
+    taken: bool
+
+
+def take(
+    conn: Connection, *, user_id: str, now: datetime, emission_s: float, tolerance_s: float
+) -> Taken:
+    """Take one request from `user_id`'s budget at `now` (aware UTC), GCRA: each request
+    moves the TAT on by `emission_s` (60 / requests per minute), and is refused when the
+    TAT would end up more than `tolerance_s` (burst × emission_s) after `now`; a refused
+    request changes nothing (`rate_limit_take`).
+
+    Side effects: inserts or updates the user's row (row-locked until the caller's
+    transaction ends: commit at once).
+    """
+    rows = records(
+        Taken,
+        conn.execute(
+            query("rate_limit_take"),
+            {"user_id": user_id, "now": now, "emission_s": emission_s, "tolerance_s": tolerance_s},
+        ),
+    )
+    return rows[0] if rows else Taken(tat=None, taken=False)

@@ -1,0 +1,23 @@
+-- Statements on `rate_limits` (docs/operations.md, "Fair limits"): one row per user of the
+-- /v1 API, its GCRA theoretical arrival time (TAT). Typed wrappers:
+-- reminder_core/store/rate_limits.py.
+
+-- name: rate_limit_take
+-- Take one request from :user_id's budget at :now, atomically for every API process: the
+-- TAT moves on by :emission_s unless that would put it more than :tolerance_s after :now
+-- (the burst), in which case nothing changes. One row: the TAT after the statement and
+-- whether the request was taken; no row when a concurrent first request of the user won
+-- the insert and this one was refused (the caller treats it as refused).
+WITH taken AS (
+    INSERT INTO rate_limits AS r (user_id, tat)
+    VALUES (:user_id, CAST(:now AS timestamptz) + make_interval(secs => :emission_s))
+    ON CONFLICT (user_id) DO UPDATE
+    SET tat = GREATEST(r.tat, CAST(:now AS timestamptz)) + make_interval(secs => :emission_s)
+    WHERE GREATEST(r.tat, CAST(:now AS timestamptz)) + make_interval(secs => :emission_s)
+          <= CAST(:now AS timestamptz) + make_interval(secs => :tolerance_s)
+    RETURNING r.tat
+)
+SELECT tat, true AS taken FROM taken
+UNION ALL
+SELECT tat, false AS taken FROM rate_limits
+WHERE user_id = :user_id AND NOT EXISTS (SELECT 1 FROM taken);
