@@ -150,6 +150,18 @@ def get_by_request_id(
     )
 
 
+def lock_owner(conn: Connection, *, user_id: str) -> None:
+    """Take `user_id`'s quota lock until the caller's transaction ends: the quota checks
+    of one user's creates and changes run one at a time (`reminder_lock_owner`)."""
+    conn.execute(query("reminder_lock_owner"), {"user_id": user_id})
+
+
+def count_live(conn: Connection, *, user_id: str) -> int:
+    """How many of `user_id`'s reminders are pending, claimed or paused
+    (`reminder_count_live`)."""
+    return int(conn.execute(query("reminder_count_live"), {"user_id": user_id}).scalar_one())
+
+
 def insert(conn: Connection, new: NewReminder, *, now: datetime) -> ReminderRecord | None:
     """INSERT one reminder created at `now` (aware UTC); None when this user already has
     a reminder with `new.client_request_id` (`reminder_insert`; a concurrent insert with

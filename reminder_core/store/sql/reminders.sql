@@ -19,6 +19,18 @@ SELECT * FROM reminders WHERE id = :id AND user_id = :user_id FOR UPDATE;
 -- The reminder this user created with this idempotency key.
 SELECT * FROM reminders WHERE user_id = :user_id AND client_request_id = :client_request_id;
 
+-- name: reminder_lock_owner
+-- Serialise the quota checks of one user's creates and changes until the transaction
+-- ends: a transaction-level advisory lock on the user id (key space 17, issue 17, for
+-- quotas; two users whose ids hash alike only wait for each other).
+SELECT pg_advisory_xact_lock(17, hashtext(:user_id));
+
+-- name: reminder_count_live
+-- How many of this user's reminders are live (pending, claimed or paused)
+-- (ix_reminders_user_created).
+SELECT count(*) FROM reminders
+WHERE user_id = :user_id AND status IN ('pending', 'claimed', 'paused');
+
 -- name: reminder_insert
 -- Create one reminder; nothing back when (user_id, client_request_id) exists already (an
 -- idempotent retry, or a concurrent request with the same key: the insert waits for it).
