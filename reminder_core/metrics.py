@@ -112,9 +112,13 @@ SEND_FAILURES = Counter(
 )
 DELIVERY_LAG = Histogram(
     "delivery_lag_seconds",
-    "sent_at - run_time_utc of each sent occurrence, seconds.",
+    "sent_at - run_time_utc of each sent occurrence, seconds; held: whether the user's"
+    ' quiet hours held it (late on purpose; alerts read held="false").',
+    ["held"],
     buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 150, 180, 300, 600, 1800, 3600),
 )
+for _held in ("false", "true"):  # both series exist from the start, at zero
+    DELIVERY_LAG.labels(held=_held)
 PROVIDER_REQUESTS = Counter(
     "reminders_provider_requests_total",
     "Calls to an email provider, by provider and result (ok, or the error class).",

@@ -12,9 +12,9 @@ Wire contract (docs/configuration.md, "Profile service"):
     and a whole segment "." or ".." as %2E / %2E%2E (RFC 3986 §5.2.4 would otherwise
     remove it), so no user id can reach another path or add a query.
 
-    200 {"email": "<address>", "timezone": "<IANA zone>" | null, ...}
-        → Profile. Other members are ignored; a missing or null timezone means UTC (as
-        in the local profiles file).
+    200 {"email": "<address>", "timezone": "<IANA zone>" | null, "quiet_hours": [...]?, ...}
+        → Profile. Other members are ignored; a missing or null timezone means UTC, a
+        missing or null quiet_hours none (as in the local profiles file).
     404 → None: no such user. The API refuses the request (422); the sender fails that
         occurrence permanently.
     408, 425, 429, 5xx, connection refused/reset/dropped, connect or read timeout
@@ -54,7 +54,13 @@ from tenacity import (
 )
 
 from reminder_core.errors import InfrastructureError
-from reminder_core.profiles import LocalProfileSource, Profile, ProfileSource, profile_zone
+from reminder_core.profiles import (
+    LocalProfileSource,
+    Profile,
+    ProfileSource,
+    profile_quiet_hours,
+    profile_zone,
+)
 from reminder_core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -102,7 +108,7 @@ def parse_profile(user_id: str, body: bytes) -> Profile:
         InfrastructureError: the body is not JSON, not an object, or has no usable
             `email` (a non-empty string with an "@" and no control characters).
         ProfileDataError: (an InfrastructureError) a `timezone` that is neither null nor
-            a known IANA zone name.
+            a known IANA zone name, or `quiet_hours` not of the documented shape.
     """
     try:
         data = json.loads(body)
@@ -119,7 +125,10 @@ def parse_profile(user_id: str, body: bytes) -> Profile:
     ):
         raise InfrastructureError(f"profile of {user_id!r}: missing or unusable email")
     return Profile(
-        user_id=user_id, email=email, timezone=profile_zone(user_id, data.get("timezone"))
+        user_id=user_id,
+        email=email,
+        timezone=profile_zone(user_id, data.get("timezone")),
+        quiet_hours=profile_quiet_hours(user_id, data.get("quiet_hours")),
     )
 
 

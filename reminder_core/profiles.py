@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from reminder_core.domain.localtime import load_zone
+from reminder_core.domain.quiet_hours import QuietWindow, parse_windows
 from reminder_core.errors import InfrastructureError, InvalidSchedule, ProfileDataError
 
 
@@ -23,12 +24,16 @@ class Profile:
     Attributes:
         user_id: the JWT `sub`.
         email: the recipient address.
-        timezone: IANA zone name that reminders without their own zone follow.
+        timezone: IANA zone name that reminders without their own zone follow, and the
+            zone the quiet hours are read in.
+        quiet_hours: windows in which the user gets no email (reminder_core.domain.
+            quiet_hours); empty: none.
     """
 
     user_id: str
     email: str
     timezone: str
+    quiet_hours: tuple[QuietWindow, ...] = ()
 
 
 class ProfileSource(Protocol):
@@ -44,7 +49,9 @@ class ProfileSource(Protocol):
 
 
 class LocalProfileSource:
-    """Profiles from a JSON file: `{"<user_id>": {"email": "...", "timezone": "..."}}`.
+    """Profiles from a JSON file: `{"<user_id>": {"email": "...", "timezone": "...",
+    "quiet_hours": [{"start": "22:00", "end": "07:30", "days": ["mon", ...]}]}}`
+    (`timezone` and `quiet_hours` optional).
 
     The file is re-read when its modification time changes, so editing it takes effect
     on the next lookup without a restart.
@@ -54,20 +61,27 @@ class LocalProfileSource:
         self.path = path
         self._lock = threading.Lock()
         self._mtime_ns: int | None = None
-        self._entries: dict[str, tuple[str, object]] = {}  # user id -> (email, timezone)
+        # user id -> (email, timezone, quiet_hours), as read
+        self._entries: dict[str, tuple[str, object, object]] = {}
 
     def get(self, user_id: str) -> Profile | None:
         """Raises:
         InfrastructureError: the file cannot be read or is not a JSON object.
-        ProfileDataError: the user's `timezone` is not a known IANA zone name.
+        ProfileDataError: the user's `timezone` is not a known IANA zone name, or their
+            `quiet_hours` are not of the documented shape.
         """
         with self._lock:
             self._refresh()
             entry = self._entries.get(user_id)
         if entry is None:
             return None
-        email, zone = entry
-        return Profile(user_id=user_id, email=email, timezone=profile_zone(user_id, zone))
+        email, zone, quiet = entry
+        return Profile(
+            user_id=user_id,
+            email=email,
+            timezone=profile_zone(user_id, zone),
+            quiet_hours=profile_quiet_hours(user_id, quiet),
+        )
 
     def _refresh(self) -> None:
         try:
@@ -83,10 +97,14 @@ class LocalProfileSource:
             raise InfrastructureError(f"cannot read profiles file {self.path}: {exc}") from exc
         if not isinstance(raw, dict):
             raise InfrastructureError(f"profiles file {self.path} must hold a JSON object")
-        entries: dict[str, tuple[str, object]] = {}
+        entries: dict[str, tuple[str, object, object]] = {}
         for user_id, entry in raw.items():
             if isinstance(entry, dict) and isinstance(entry.get("email"), str):
-                entries[user_id] = (entry["email"], entry.get("timezone") or None)
+                entries[user_id] = (
+                    entry["email"],
+                    entry.get("timezone") or None,
+                    entry.get("quiet_hours"),
+                )
         self._entries, self._mtime_ns = entries, mtime_ns
 
 
@@ -111,6 +129,22 @@ def profile_zone(user_id: str, zone: object) -> str:
             " must be fixed",
         ) from exc
     return zone
+
+
+def profile_quiet_hours(user_id: str, raw: object) -> tuple[QuietWindow, ...]:
+    """The quiet hours of `user_id`'s profile (`quiet_hours` member; None: none).
+
+    Raises:
+        ProfileDataError: not of the shape `reminder_core.domain.quiet_hours.parse_windows`
+            documents (broken profile data, as for `profile_zone`).
+    """
+    try:
+        return parse_windows(raw)
+    except ValueError as exc:
+        raise ProfileDataError(
+            f"profile of {user_id!r}: {exc}",
+            detail=f"the user's profile has invalid quiet hours ({exc}): the profile must be fixed",
+        ) from exc
 
 
 def ensure_profile(path: Path, user_id: str, *, email: str, timezone: str) -> None:

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Connection, Engine
 
 from reminder_core.domain.misfire import MisfirePlan, plan_misfire
+from reminder_core.domain.quiet_hours import quiet_until
 from reminder_core.domain.recurrence import occurrences_between
 from reminder_core.domain.retry import RetryPolicy, requeue_delay_s
 from reminder_core.domain.states import DeliveryStatus, ReminderStatus
@@ -23,7 +24,7 @@ from reminder_core.scheduling import ScheduleConfig, schedule_of, stored_of, zon
 from reminder_core.services import reminders as reminder_services
 from reminder_core.store import delivery_log, reminders
 from reminder_core.store.delivery_log import DeliveryToBegin, TerminalDelivery
-from reminder_core.store.reminders import ReminderForSend, ReminderSendState
+from reminder_core.store.reminders import Hold, ReminderForSend, ReminderSendState
 from reminder_core.suppression import (
     Refusal,
     paused_refusal,
@@ -32,7 +33,7 @@ from reminder_core.suppression import (
     suppress_replay,
 )
 from sender.providers.base import SendReceipt
-from sender.work import Begun, Decided, Outcome, Received, log
+from sender.work import Begun, Decided, Outcome, Received, held_for, log
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class _Batch:
         self.to_take: list[_ToTake] = []
         self.begun: list[Begun] = []
         self.paused: list[Received] = []  # paused by their users while on their way
+        self.holds: list[Hold] = []  # due in their users' quiet hours
 
 
 class Begin:
@@ -96,7 +98,10 @@ class Begin:
     message was on its way: it is claimed again on resume); a recipient on the suppression
     list is recorded `suppressed` (one query for the batch; docs/design.md,
     "Suppression list"); the misfire policy picks what to send of what is already due and
-    records older occurrences `missed`; each occurrence to send gets its unique delivery
+    records older occurrences `missed`; an occurrence due while its user's quiet hours
+    are on (read in the profile's zone as it is now) is handed back until they end and
+    recorded on its reminder (`held_until`; docs/design.md, "Quiet hours"); each
+    occurrence to send gets its unique delivery
     row as `sending` under a fresh lease token, or takes over a row whose lease ended. An
     occurrence already terminal is a DUPLICATE; one under another worker's live lease is
     BUSY and comes back when that lease ends.
@@ -151,6 +156,7 @@ class Begin:
                 self._decide(batch, r, found.get(r.occurrence.reminder_id), profile, refusal)
             self._record_terminal(batch)
             self._record_paused(batch)
+            reminders.hold_many(conn, batch.holds)
             record_refusals(conn, batch.refused, now=now)  # pause (recurring) or fail
             if batch.to_take:
                 self._take(batch)
@@ -213,8 +219,22 @@ class Begin:
                 _Terminal.of(r, occ, occ.run_time_utc, DeliveryStatus.SUPPRESSED, refusal.error)
             )
             batch.refused.append((occ.reminder_id, occ.run_time_utc, refusal))
-        else:
+        elif not self._held(batch, r, profile):
             self._apply_misfire(batch, r, reminder, profile)
+
+    def _held(self, batch: _Batch, r: Received, profile: Profile | None) -> bool:
+        """Hand `r` back until its user's quiet hours end, if they are on now; True if so."""
+        if profile is None or not profile.quiet_hours:
+            return False
+        until = quiet_until(batch.now, profile.quiet_hours, ZoneInfo(profile.timezone))
+        if until is None:
+            return False
+        occ = r.occurrence
+        batch.holds.append(Hold(occ.reminder_id, occ.run_time_utc, until))
+        hide = (until - batch.now).total_seconds()
+        batch.decided.append(Decided.of(r, Outcome.HELD, hide_for_s=hide))
+        log.info("delivery held by quiet hours", extra=_fields(r, held_until=until))
+        return True
 
     def _decide_replay(
         self,
@@ -225,7 +245,8 @@ class Begin:
         refusal: Refusal | None,
     ) -> None:
         """A replay sends exactly the occurrence it names, unless its reminder was
-        cancelled or paused meanwhile, or its recipient is suppressed."""
+        cancelled or paused meanwhile, or its recipient is suppressed; quiet hours hold it
+        like any occurrence."""
         occ, conn, now = r.occurrence, batch.conn, batch.now
         if reminder.status in (ReminderStatus.CANCELLED, ReminderStatus.PAUSED):
             delivery_log.cancel_replay(
@@ -240,7 +261,7 @@ class Begin:
                 recipient=profile.email, refusal=refusal, now=now,
             )  # fmt: skip
             batch.decided.append(Decided.of(r, Outcome.SUPPRESSED))
-        else:
+        elif not self._held(batch, r, profile):
             zone = zone_or_none(reminder.timezone, profile)
             batch.to_take.append(_ToTake(r, reminder, profile, zone, occ.run_time_utc))
 
@@ -291,8 +312,9 @@ class Begin:
                 # An earlier attempt already chose this one: keep it (its row is `sending`).
                 return MisfirePlan(send=in_flight, missed=tuple(d for d in due if d < in_flight))
         return plan_misfire(
-            reminder.misfire_policy, due, now=now, max_lateness_s=reminder.max_lateness_s
-        )
+            reminder.misfire_policy, due, now=now, max_lateness_s=reminder.max_lateness_s,
+            held_until=held_for(reminder, occ.run_time_utc),
+        )  # fmt: skip
 
     def _record_terminal(self, batch: _Batch) -> None:
         """Record the terminal occurrences (one statement, in key order, one row per key:
@@ -370,7 +392,7 @@ class Begin:
             [
                 DeliveryToBegin(reminder_id=t.received.occurrence.reminder_id,
                                 user_id=t.reminder.user_id, run_time_utc=t.chosen,
-                                lease_token=token)
+                                lease_token=token, held_until=held_for(t.reminder, t.chosen))
                 for token, t in tokens.items()
             ],
             now=now,

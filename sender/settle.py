@@ -21,6 +21,7 @@ OUTCOME_LOG_LEVELS = {
     Outcome.CANCELLED: logging.INFO,
     Outcome.MISSED: logging.INFO,
     Outcome.SUPPRESSED: logging.INFO,
+    Outcome.HELD: logging.INFO,
     Outcome.DUPLICATE: logging.DEBUG,
     Outcome.BUSY: logging.DEBUG,
     Outcome.RELEASED: logging.DEBUG,
@@ -30,8 +31,9 @@ OUTCOME_LOG_LEVELS = {
 def settle(queue: Queue, decided: Sequence[Decided], *, now: datetime, provider: str) -> None:
     """Delete the messages whose occurrence is done (one call) and change the visibility
     of those handed back (one batch call): a RETRY for its backoff, a RELEASED at once,
-    a BUSY until its holder's lease ends. Counts reminders_sends_total, failures and
-    delivery_lag; logs each outcome (OUTCOME_LOG_LEVELS) and one INFO summary.
+    a BUSY until its holder's lease ends, a HELD until its quiet hours end. Counts
+    reminders_sends_total, failures and delivery_lag; logs each outcome
+    (OUTCOME_LOG_LEVELS) and one INFO summary.
 
     Args:
         decided: the batch's messages, each once.
@@ -71,7 +73,9 @@ def _observe(d: Decided, provider: str) -> None:
     ):
         SEND_FAILURES.labels(provider=provider, error_class=error_class(d.error)).inc()
     if d.outcome is Outcome.SENT and d.sent_at is not None and d.run_time_utc is not None:
-        DELIVERY_LAG.observe(max(0.0, (d.sent_at - d.run_time_utc).total_seconds()))
+        DELIVERY_LAG.labels(held="true" if d.held else "false").observe(
+            max(0.0, (d.sent_at - d.run_time_utc).total_seconds())
+        )
     level = OUTCOME_LOG_LEVELS.get(d.outcome)
     if level is not None and log.isEnabledFor(level):
         log.log(

@@ -45,11 +45,12 @@ class Outcome(StrEnum):
     DROPPED = "dropped"  # malformed message or unknown reminder
     RELEASED = "released"  # shutting down or withdrawn: handed back unattempted
     SUPPRESSED = "suppressed"  # recipient on the suppression list; recorded, not sent
+    HELD = "held"  # due in the user's quiet hours: comes back when they end
 
 
 #: Outcomes whose message is handed back to the queue (a visibility change) instead of
 #: deleted; BUSY only when no provider call of this sender reached the provider.
-HANDED_BACK = frozenset({Outcome.RETRY, Outcome.RELEASED, Outcome.BUSY})
+HANDED_BACK = frozenset({Outcome.RETRY, Outcome.RELEASED, Outcome.BUSY, Outcome.HELD})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,14 @@ class Received:
 
     message: Message
     occurrence: OccurrenceMessage
+
+
+def held_for(reminder: ReminderForSend, chosen: datetime) -> datetime | None:
+    """The end of the quiet hours that held occurrence `chosen` of `reminder` (aware
+    UTC), or None: the reminder's `held_until` when it is after `chosen` (an earlier
+    value is a past occurrence's hold)."""
+    held = reminder.held_until
+    return held if held is not None and held > chosen else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +115,11 @@ class Begun:
         object.__setattr__(
             self, "key", idempotency_key(self.received.occurrence.reminder_id, self.chosen)
         )
+
+    @property
+    def held_until(self) -> datetime | None:
+        """The end of the quiet hours that held this occurrence (aware UTC), or None."""
+        return held_for(self.reminder, self.chosen)
 
     @property
     def lease(self) -> DeliveryLease:
@@ -167,6 +181,7 @@ class Decided:
         provider: for metrics and logs.
         error, attempts, recipient, sent_at: as in SendResult.
         accepted: a provider accepted this sender's call (a receipt came back).
+        held: the occurrence was held by its user's quiet hours before this send.
     """
 
     message: Message
@@ -180,6 +195,7 @@ class Decided:
     recipient: str | None = None
     sent_at: datetime | None = None
     accepted: bool = False
+    held: bool = False
 
     @classmethod
     def of(
@@ -219,6 +235,7 @@ class Decided:
             recipient=result.recipient,
             sent_at=result.sent_at,
             accepted=result.receipt is not None,
+            held=begun.held_until is not None,
         )
 
     @property

@@ -96,6 +96,10 @@ class Reminder(Base):
     # next occurrence costs the same at any age; NULL: count from the start. Cleared by a
     # schedule change (docs/design.md, "Occurrences").
     count_progress: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # The claimed occurrence in hand is held by its user's quiet hours until then (its
+    # message comes back at that instant); an older value is stale and means nothing
+    # (docs/design.md, "Quiet hours").
+    held_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
         CheckConstraint(_in("status", [s.value for s in ReminderStatus]), name="status"),
@@ -185,6 +189,8 @@ class DeliveryLog(Base):
     locked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     lease_token: Mapped[uuid.UUID | None] = mapped_column(UUID)
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The end of the quiet hours the occurrence was held for (None: not held).
+    held_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
 

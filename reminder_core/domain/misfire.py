@@ -7,7 +7,8 @@ one to send now and which to record as `missed`:
 - `latest` (default): send the latest due occurrence; every older one is missed. After
   downtime a daily reminder sends one email, never a burst.
 - `skip`: anything more than `max_lateness_s` late is missed; the oldest one within the
-  cap is sent (the next ones follow as they come due).
+  cap is sent (the next ones follow as they come due). An occurrence held by quiet hours
+  is late from the hold's end.
 - `all`: send the oldest; the others follow one by one, oldest first.
 """
 
@@ -36,6 +37,7 @@ def plan_misfire(
     *,
     now: datetime,
     max_lateness_s: float,
+    held_until: datetime | None = None,
 ) -> MisfirePlan:
     """Decide which due occurrence to send.
 
@@ -45,6 +47,9 @@ def plan_misfire(
             ahead (aware UTC).
         now: aware UTC.
         max_lateness_s: lateness cap for `skip`, seconds.
+        held_until: aware UTC; the user's quiet hours held these occurrences until then
+            (reminder_core.domain.quiet_hours): the lateness of one due earlier counts
+            from `held_until`, so a hold is never read as a misfire.
 
     Returns:
         The plan; `send` is one of `due` or None, `missed` the ones before it (all of
@@ -61,6 +66,11 @@ def plan_misfire(
         return MisfirePlan(send=due[0], missed=())
     if policy == "latest":
         return MisfirePlan(send=due[-1], missed=tuple(due[:-1]))
-    late = tuple(d for d in due if (now - d).total_seconds() > max_lateness_s)
+
+    def lateness_s(d: datetime) -> float:
+        since = max(d, held_until) if held_until is not None else d
+        return (now - since).total_seconds()
+
+    late = tuple(d for d in due if lateness_s(d) > max_lateness_s)
     rest = due[len(late) :]
     return MisfirePlan(send=rest[0] if rest else None, missed=late)

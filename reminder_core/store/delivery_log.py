@@ -82,12 +82,14 @@ class DeliveryLease:
 @dataclass(frozen=True, slots=True)
 class DeliveryToBegin:
     """An occurrence to take (`begin_many`) under the fresh lease token `lease_token`
-    (`run_time_utc` aware UTC)."""
+    (`run_time_utc` aware UTC); `held_until` (aware UTC) when its user's quiet hours held
+    it until then (recorded on the row)."""
 
     reminder_id: uuid.UUID
     user_id: str
     run_time_utc: datetime
     lease_token: uuid.UUID
+    held_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +244,7 @@ def begin_many(
                     "user_id": r.user_id,
                     "run_time_utc": r.run_time_utc,
                     "lease_token": r.lease_token,
+                    "held_until": r.held_until,
                 }
                 for r in rows
             ),

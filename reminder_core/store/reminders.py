@@ -61,6 +61,7 @@ class ReminderRecord:
     created_at: datetime
     updated_at: datetime
     count_progress: CountProgress | None
+    held_until: datetime | None = None  # quiet hours held the claim until then
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,6 +392,7 @@ class ReminderForSend:
     max_lateness_s: int
     paused_reason: str | None
     suppressed_address: str | None
+    held_until: datetime | None = None  # quiet hours held the claim until then (aware UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,6 +444,36 @@ def get_many_for_send(conn: Connection, ids: Iterable[uuid.UUID]) -> list[Remind
     (`reminder_get_many_for_send`)."""
     rows = conn.execute(query("reminder_get_many_for_send"), {"ids": id_array(ids)})
     return records(ReminderForSend, rows, status=ReminderStatus)
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """The claimed occurrence `run_time_utc` of a reminder, held by its user's quiet hours
+    until `held_until` (both aware UTC)."""
+
+    reminder_id: uuid.UUID
+    run_time_utc: datetime
+    held_until: datetime
+
+
+def hold_many(conn: Connection, holds: Sequence[Hold]) -> None:
+    """Record each hold on its reminder (`held_until`), where the reminder is still
+    `claimed` or `pending` at that occurrence (`reminder_hold_many`). The claim rescuer
+    and the backlog's lag then read the claim as due from `held_until`."""
+    if holds:
+        conn.execute(
+            query("reminder_hold_many"),
+            {
+                "rows": json_rows(
+                    {
+                        "reminder_id": h.reminder_id,
+                        "run_time_utc": h.run_time_utc,
+                        "held_until": h.held_until,
+                    }
+                    for h in holds
+                )
+            },
+        )
 
 
 def lock_many_for_advance(conn: Connection, ids: Iterable[uuid.UUID]) -> list[ReminderToAdvance]:

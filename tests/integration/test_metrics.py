@@ -171,8 +171,8 @@ def test_sender_observes_delivery_lag_and_counts_failures_by_class(
 ) -> None:
     queue = PostgresQueue(db, name="reminders", max_receive_count=5)
     provider = CountingProvider(settings.effective_mail_dir)
-    lag_count = sample("delivery_lag_seconds_count")
-    lag_sum = sample("delivery_lag_seconds_sum")
+    lag_count = sample("delivery_lag_seconds_count", held="false")
+    lag_sum = sample("delivery_lag_seconds_sum", held="false")
     sent = sample("reminders_sends_total", provider="file", outcome="sent")
 
     def failures(error_class: str) -> float:
@@ -189,8 +189,8 @@ def test_sender_observes_delivery_lag_and_counts_failures_by_class(
     sender = make_sender(db, queue, settings, provider, Clock(NOW + timedelta(seconds=7)))
     counts = sender.run_once(NOW + timedelta(seconds=7)).counts
     assert counts == {"sent": 1, "failed": 1, "retry": 1}
-    assert sample("delivery_lag_seconds_count") - lag_count == 1
-    assert sample("delivery_lag_seconds_sum") - lag_sum == pytest.approx(7)
+    assert sample("delivery_lag_seconds_count", held="false") - lag_count == 1
+    assert sample("delivery_lag_seconds_sum", held="false") - lag_sum == pytest.approx(7)
     assert sample("reminders_sends_total", provider="file", outcome="sent") - sent == 1
     assert {c: failures(c) - before[c] for c in before} == {
         "permanent": 1, "ambiguous": 1, "transient": 0,

@@ -169,11 +169,14 @@ SELECT count(*) AS claimed FROM sent;
 -- name: reminder_rescue_claimed
 -- Re-drive reminders claimed longer ago than :cutoff (their message was lost, or their
 -- sender died for good): back to pending with the same next_run_utc. The unique delivery
--- row keeps a second delivery of the same occurrence from being sent twice.
+-- row keeps a second delivery of the same occurrence from being sent twice. A claim held
+-- by quiet hours is stuck only if it is still there :cutoff after the hold ended
+-- (held_until before claimed_at is a past occurrence's: no effect).
 WITH stuck AS (
     SELECT id
     FROM reminders
     WHERE status = 'claimed' AND claimed_at < :cutoff
+      AND (held_until IS NULL OR held_until < :cutoff)
     ORDER BY claimed_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -191,9 +194,19 @@ SELECT timezone FROM reminders WHERE id = :reminder_id;
 -- name: reminder_get_many_for_send
 SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc,
        start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
-       max_lateness_s, paused_reason, suppressed_address
+       max_lateness_s, paused_reason, suppressed_address, held_until
 FROM reminders
 WHERE id = ANY(CAST(:ids AS uuid[]));
+
+-- name: reminder_hold_many
+-- Record that each claimed occurrence in :rows (reminder_id, run_time_utc, held_until) is
+-- held by its user's quiet hours until held_until, where the reminder still wants it.
+UPDATE reminders AS r
+SET held_until = u.held_until
+FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+     AS u(reminder_id uuid, run_time_utc timestamptz, held_until timestamptz)
+WHERE r.id = u.reminder_id AND r.next_run_utc = u.run_time_utc
+  AND r.status IN ('claimed', 'pending');
 
 -- name: reminder_lock_many_for_advance
 -- Re-read the reminders under a row lock before moving them on, so that the next
@@ -355,7 +368,8 @@ WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'paused' AND suppressed_addres
 -- name: reminder_backlog
 -- oldest_due: the oldest next_run_utc of a due occurrence not yet delivered (the
 -- reminder is pending, or claimed and waiting in the outbox, the queue or a sender);
--- oldest_pending: the same among reminders the coordinator has not claimed yet. The
+-- oldest_pending: the same among reminders the coordinator has not claimed yet. A claim
+-- held by quiet hours is due from the hold's end (GREATEST ignores a NULL held_until). The
 -- scheduler's backlog as the maintenance gauges and `reminders status` see it
 -- (docs/design.md, "Metrics"); each subquery runs on a partial index: ix_reminders_due
 -- (pending), ix_reminders_claimed (claimed, a small in-flight set), ix_outbox_unpublished.
@@ -368,8 +382,9 @@ SELECT
 FROM
     (SELECT min(next_run_utc) AS oldest, count(*) AS due
      FROM reminders WHERE status = 'pending' AND next_run_utc <= :now) AS p,
-    (SELECT min(next_run_utc) AS oldest
-     FROM reminders WHERE status = 'claimed' AND next_run_utc <= :now) AS c,
+    (SELECT min(GREATEST(next_run_utc, held_until)) AS oldest
+     FROM reminders WHERE status = 'claimed' AND next_run_utc <= :now
+       AND (held_until IS NULL OR held_until <= :now)) AS c,
     (SELECT min(created_at) AS oldest, count(*) AS unpublished
      FROM outbox WHERE published_at IS NULL) AS o;
 
