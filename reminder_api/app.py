@@ -33,7 +33,7 @@ from reminder_api.openapi import (
     problem_responses,
 )
 from reminder_api.overload import LoadShedding
-from reminder_api.routes import admin, occurrences, reminders
+from reminder_api.routes import admin, calendar_feed, occurrences, reminders
 from reminder_core.clock import utcnow
 from reminder_core.profiles import ProfileSource
 from reminder_core.scheduling import ScheduleConfig
@@ -104,6 +104,7 @@ def create_app(
 
     app.include_router(reminders.router)
     app.include_router(occurrences.router)
+    app.include_router(calendar_feed.router)  # the .ics feed and import (issue 17)
     app.include_router(admin.router)
     app.include_router(
         build_router(
