@@ -358,7 +358,12 @@ class DeliveryOut(BaseModel):
     provider: str | None = Field(description="Email provider that took it, if any.")
     attempt_count: int = Field(description="Provider calls made for it.")
     error: str | None = Field(description="Why it failed, bounced or was not sent.")
-    sent_at: datetime | None
+    sent_at: datetime | None = Field(description="When the provider accepted it.")
+    held_until: datetime | None = Field(
+        default=None,
+        description="The end of the user's quiet hours that held it (it was due at"
+        " `run_time_utc` and sent at `sent_at`); null when it was not held.",
+    )
     updated_at: datetime
 
 

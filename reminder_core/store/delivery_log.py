@@ -35,7 +35,8 @@ def get_status(
 @dataclass(frozen=True, slots=True)
 class DeliveryHistoryItem:
     """What happened to one occurrence, as a user sees it. Instants aware UTC;
-    `attempt_count` counts provider calls; `sent_at` is when the provider accepted it."""
+    `attempt_count` counts provider calls; `sent_at` is when the provider accepted it;
+    `held_until` the end of the quiet hours that held it (None: not held)."""
 
     run_time_utc: datetime
     status: DeliveryStatus
@@ -43,6 +44,7 @@ class DeliveryHistoryItem:
     attempt_count: int
     error: str | None
     sent_at: datetime | None
+    held_until: datetime | None
     updated_at: datetime
 
 

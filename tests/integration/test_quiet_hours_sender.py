@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 from sqlalchemy import Engine, text
 
@@ -22,6 +23,7 @@ from reminder_core.backlog import read_backlog
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from reminder_core.store import delivery_log, reminders
+from tests.integration.api_support import URL, TokenFor, bearer
 from tests.integration.helpers import insert_due_reminders
 from tests.support.sending import Clock, CountingProvider, make_sender
 
@@ -75,7 +77,7 @@ def lag(held: str, what: str) -> float:
 
 
 def test_held_until_the_window_ends_then_sent_once_with_both_instants(
-    db: Engine, queue: PostgresQueue, settings: Settings
+    db: Engine, queue: PostgresQueue, settings: Settings, client: TestClient, token_for: TokenFor
 ) -> None:
     set_profile(settings, "Europe/London", NIGHT)
     provider = CountingProvider(settings.effective_mail_dir)
@@ -114,6 +116,16 @@ def test_held_until_the_window_ends_then_sent_once_with_both_instants(
     assert lag("false", "count") == unheld_before
     with db.connect() as conn:
         assert delivery_log.lag_p99_since(conn, since=DUE).sent == 0
+
+    # The user sees both instants and the hold in the reminder's delivery history.
+    with db.connect() as conn:
+        rid = conn.execute(text("SELECT id FROM reminders")).scalar_one()
+    resp = client.get(f"{URL}/{rid}/deliveries", headers=bearer(token_for("alice")))
+    assert resp.status_code == 200, resp.text
+    (item,) = resp.json()["items"]
+    assert (item["run_time_utc"], item["sent_at"], item["held_until"], item["status"]) == (
+        "2026-01-14T23:00:00Z", "2026-01-15T07:30:02Z", "2026-01-15T07:30:00Z", "sent"
+    )  # fmt: skip
 
     # And it is sent once: nothing comes back later.
     assert send(db, queue, settings, provider, sent_at + timedelta(hours=1)) == {}

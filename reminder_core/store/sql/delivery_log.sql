@@ -12,7 +12,7 @@
 -- name: delivery_list_page
 -- Up to :limit delivery rows of one reminder, newest occurrence first, strictly before
 -- :before (run_time_utc is unique per reminder, so it is the cursor).
-SELECT run_time_utc, status, provider, attempt_count, error, sent_at, updated_at
+SELECT run_time_utc, status, provider, attempt_count, error, sent_at, held_until, updated_at
 FROM delivery_log
 WHERE reminder_id = :reminder_id AND run_time_utc < :before
 ORDER BY run_time_utc DESC
