@@ -113,11 +113,23 @@ def revoke_feed(user_id: User, ctx: Ctx) -> Response:
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
+SECRET_PARAMETER = {
+    "name": "secret",
+    "in": "path",
+    "required": True,
+    "description": "The secret answered by `POST /v1/calendar-feed`.",
+    "schema": {"type": "string"},
+}
+
+
 @router.get(
     "/v1/calendar-feed/{secret}.ics",
     name="calendar_feed",
     response_class=Response,
     summary="The calendar feed (no bearer: the URL's secret is the credential)",
+    # The secret is read from the path, not declared as a parameter: FastAPI would then
+    # document a 422 that no secret can cause (any text is looked up; unknown is 404).
+    openapi_extra={"parameters": [SECRET_PARAMETER]},
     responses={
         200: {
             "description": "A VCALENDAR: one VEVENT with a VALARM per pending reminder, a"
@@ -128,9 +140,11 @@ def revoke_feed(user_id: User, ctx: Ctx) -> Response:
     },
 )
 @in_worker_thread
-def calendar_feed(secret: str, ctx: Ctx) -> Response:
+def calendar_feed(request: Request, ctx: Ctx) -> Response:
     """The user's reminders as iCalendar (RFC 5545), for Google Calendar, Apple Calendar or
-    Thunderbird to subscribe to. An unknown, rotated or revoked secret answers 404."""
+    Thunderbird to subscribe to. An unknown, rotated or revoked secret answers 404; query
+    parameters are ignored (calendar clients add their own)."""
+    secret = str(request.path_params["secret"])
     with ctx.connect() as conn:
         user_id = calendar_feeds.find(conn, secret=secret) if len(secret) <= 100 else None
         if user_id is None:

@@ -43,7 +43,9 @@ from tests.integration.test_api import assert_problem
 #: The operations of the reminders API (tags reminders and occurrences). The provider
 #: webhooks authenticate with signatures and answer the providers; /v1/admin needs the
 #: operator scope: neither is exercised here.
-IN_SCOPE = re.compile(r"^/v1/(?!webhooks/|admin/)")
+#: The calendar feed itself (`/v1/calendar-feed/{secret}.ics`) takes no bearer either: its
+#: secret is the credential (tests/integration/test_calendar_feed.py exercises it).
+IN_SCOPE = re.compile(r"^/v1/(?!webhooks/|admin/|calendar-feed/)")
 
 START = "2030-07-01T09:00"  # after the test clock's NOW (2029-06-01), a Monday
 DAILY = {"start_local": START, "timezone": "America/New_York", "rrule": "FREQ=DAILY"}
@@ -115,6 +117,11 @@ EXPECTED_ERRORS: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/reminders/{reminder_id}/occurrences"): {401, 404, 422, 503},
     ("get", "/v1/reminders/{reminder_id}/deliveries"): {401, 404, 422, 503},
     ("post", "/v1/occurrences:preview"): {400, 401, 413, 415, 422, 503},
+    ("post", "/v1/calendar-feed"): {401, 422, 503},
+    ("delete", "/v1/calendar-feed"): {401, 422, 503},
+    ("post", "/v1/reminders:import"): {400, 401, 413, 415, 422, 503},
+    # No bearer: the secret in the path is the credential; any other secret is 404.
+    ("get", "/v1/calendar-feed/{secret}.ics"): {404, 503},
     ("get", "/readyz"): {503},
     # webhooks/router.py: signatures, not bearer tokens; the body read raw, so no 415/422.
     ("post", "/v1/webhooks/ses"): {400, 401, 403, 404, 413, 503},
@@ -472,7 +479,9 @@ def test_schemathesis_finds_no_nonconformance(client: TestClient, token_for: Tok
                 strategy, lambda case: case.call_and_validate(headers=headers, checks=CHECKS)
             )
             ran += 1
-    assert ran == 2 * 10  # ten operations of the reminders API, both modes
+    # Ten operations of the reminders API, the import and the feed's POST and DELETE,
+    # both modes.
+    assert ran == 2 * 13
 
 
 WEBHOOKS = re.compile(r"^/v1/webhooks/")
