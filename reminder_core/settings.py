@@ -502,11 +502,12 @@ class Settings(BaseSettings):
         " quota.",
     )
     quota_occurrences_per_day: int = Field(
-        default=48,
+        default=0,
         ge=0,
         description="Occurrences one reminder's rule may fire in one local calendar day (in"
         " its zone, over the year from its first occurrence); a create or schedule change"
-        " past it is answered 429 and stores nothing. 0: no quota.",
+        " past it is answered 429 and stores nothing. 0 (the default): no quota; the"
+        " default MIN_RECURRENCE_SPACING_S (1 h) already keeps a rule at 25 a day at most.",
     )
     db_pool_timeout_s: float = Field(
         default=5.0,
