@@ -33,6 +33,7 @@ from reminder_api.openapi import (
     problem_responses,
 )
 from reminder_api.overload import LoadShedding
+from reminder_api.ratelimit import RateLimit, policy_of
 from reminder_api.routes import admin, calendar_feed, occurrences, reminders
 from reminder_core.clock import utcnow
 from reminder_core.profiles import ProfileSource
@@ -91,6 +92,11 @@ def create_app(
         BodyLimit,
         max_bytes=MAX_BODY_BYTES,
         prefix_limits={WEBHOOKS_PREFIX + "/": settings.webhook_max_body_bytes},
+    )
+    app.add_middleware(  # inside the load shedding: a counted request holds a slot
+        RateLimit,
+        ctx=app.state.ctx,
+        policy=policy_of(settings.rate_limit_per_minute, settings.rate_limit_burst),
     )
     app.add_middleware(
         LoadShedding,

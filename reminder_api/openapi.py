@@ -133,6 +133,20 @@ ERRORS: dict[int, tuple[str, Problem]] = {
             "errors": [{"field": "start_local", "message": "field required"}],
         },
     ),
+    429: (
+        "Past the user's request rate limit (`RATE_LIMIT_PER_MINUTE`, `RATE_LIMIT_BURST`):"
+        " retry after `Retry-After` seconds. Or past a quota (`type`"
+        " `/problems/quota-exceeded`, the quota named in `detail`, no `Retry-After`):"
+        " nothing was stored.",
+        {
+            "type": "/problems/rate-limited",
+            "title": "Too many requests",
+            "status": 429,
+            "detail": "more than 600 requests a minute (bursts of 100); retry after the time"
+            " Retry-After gives",
+            "instance": "/v1/reminders",
+        },
+    ),
     503: (
         "The server sheds load, or the database or the profile service is unavailable;"
         " retry after `Retry-After` seconds.",
@@ -164,6 +178,14 @@ ERROR_HEADERS: dict[int, dict[str, Any]] = {
             "schema": {"type": "string"},
         }
     },
+    429: {
+        "Retry-After": {
+            "description": "Seconds to wait before retrying (RFC 9110 §10.2.3); absent when"
+            " a quota, not the rate limit, refused the request.",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1},
+        },
+    },
     503: {
         "Retry-After": {
             "description": "Seconds to wait before retrying (RFC 9110 §10.2.3).",
@@ -172,6 +194,24 @@ ERROR_HEADERS: dict[int, dict[str, Any]] = {
         }
     },
 }
+
+#: The request budget of the token's user, on every answer of a bearer-authenticated
+#: operation while the rate limit is on (reminder_api.ratelimit;
+#: draft-ietf-httpapi-ratelimit-headers).
+RATE_LIMIT_HEADERS: dict[str, Any] = {
+    "RateLimit-Policy": {
+        "description": 'The user\'s budget: `"per-user";q=<burst>;w=<seconds to refill it>`.',
+        "required": False,
+        "schema": {"type": "string"},
+    },
+    "RateLimit": {
+        "description": 'What is left of it: `"per-user";r=<requests left>;t=<seconds until'
+        " it is whole again>`.",
+        "required": False,
+        "schema": {"type": "string"},
+    },
+}
+ERROR_HEADERS[429] |= RATE_LIMIT_HEADERS
 
 #: The `ETag` of a response that carries a reminder: its version, for `If-Match`.
 ETAG_HEADER = {
@@ -182,9 +222,9 @@ ETAG_HEADER = {
     }
 }
 
-#: Answered by every bearer-authenticated route: the token check, and the load shedding
-#: or database outage that any of them may meet.
-AUTHENTICATED_ERRORS = (401, 503)
+#: Answered by every bearer-authenticated route: the token check, the user's rate limit,
+#: and the load shedding or database outage that any of them may meet.
+AUTHENTICATED_ERRORS = (401, 429, 503)
 #: Answered by every route with a JSON request body: FastAPI's body parser and BodyLimit.
 BODY_ERRORS = (400, 413, 415, 422)
 
@@ -238,7 +278,8 @@ def build_openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
 
     - the `Problem` schema (reminder_api.errors) for every error response, in place of
       FastAPI's `HTTPValidationError` (the API never answers with that shape);
-    - 401 and 503 on every bearer-authenticated operation; 400, 413, 415 and 422 on every
+    - 401, 429 and 503 on every bearer-authenticated operation, and the RateLimit
+      headers on its successes; 400, 413, 415 and 422 on every
       one with a JSON body;
     - the bearer scheme stated as a JWT;
     - `exdates`' maxItems as enforced: the smaller of the parse bound and MAX_EXDATES.
@@ -291,6 +332,9 @@ def _document_errors(operation: dict[str, Any]) -> None:
     statuses: list[int] = []
     if operation.get("security"):
         statuses.extend(AUTHENTICATED_ERRORS)
+        for code, response in responses.items():
+            if int(code) < 400:
+                response["headers"] = response.get("headers", {}) | RATE_LIMIT_HEADERS
     # FastAPI adds its own 422 to a route with parameters or a parsed body; ours is a
     # problem. A route that reads its body raw (the webhooks) has no 422 and states its
     # own errors.

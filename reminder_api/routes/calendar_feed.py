@@ -34,6 +34,7 @@ from reminder_core.calendar_ics import (
 )
 from reminder_core.domain.states import ReminderStatus
 from reminder_core.errors import InvalidInput, NotFound
+from reminder_core.quotas import Quotas
 from reminder_core.scheduling import zone_for
 from reminder_core.services import reminders as services
 from reminder_core.services.reminders import ReminderContent, ReminderDraft
@@ -234,6 +235,7 @@ def _import(body: bytes, user_id: str, ctx: AppContext, path: str) -> ImportRepo
     now = ctx.clock()
     created: list[uuid.UUID] = []
     refused: list[dict[str, str]] = []
+    quotas = Quotas.from_settings(ctx.settings)  # a refusal refuses the whole import
     with ctx.connect() as conn:
         for event in events:
             try:
@@ -243,7 +245,7 @@ def _import(body: bytes, user_id: str, ctx: AppContext, path: str) -> ImportRepo
                 zone = zone_for(draft.content.timezone, profile)
                 assert zone is not None  # a profile always has a zone
                 reminder = services.create(
-                    conn, draft, zone=zone, now=now, config=ctx.schedule_config
+                    conn, draft, zone=zone, now=now, config=ctx.schedule_config, quotas=quotas
                 ).reminder
                 created.append(reminder.id)
             except InvalidInput as exc:

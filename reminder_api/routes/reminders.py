@@ -46,6 +46,7 @@ from reminder_api.schemas import (
 from reminder_core.domain.states import ReminderStatus
 from reminder_core.errors import InvalidInput, InvalidSchedule, NotFound, PreconditionFailed
 from reminder_core.profiles import Profile
+from reminder_core.quotas import Quotas
 from reminder_core.scheduling import schedule_of, stored_of, zone_for
 from reminder_core.services import reminders as services
 from reminder_core.services.reminders import LIVE, ReminderContent, ReminderDraft, ReminderEdit
@@ -266,7 +267,12 @@ def create_reminder(
             request_fingerprint=digest,
         )
         created = services.create(
-            conn, draft, zone=zone, now=ctx.clock(), config=ctx.schedule_config
+            conn,
+            draft,
+            zone=zone,
+            now=ctx.clock(),
+            config=ctx.schedule_config,
+            quotas=Quotas.from_settings(ctx.settings),
         )
         if created.replayed:
             return _replay(created.reminder, response)
@@ -461,6 +467,7 @@ def update_reminder(
             zone=zones_of(ctx, user_id),
             now=ctx.clock(),
             config=ctx.schedule_config,
+            quotas=Quotas.from_settings(ctx.settings),
         )
         conn.commit()
         response.headers["ETag"] = etag(changed)

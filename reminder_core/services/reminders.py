@@ -29,6 +29,7 @@ from reminder_core.domain.recurrence import (
 )
 from reminder_core.domain.states import CANCELLABLE, ReminderStatus
 from reminder_core.errors import Conflict, InvalidSchedule, NotFound
+from reminder_core.quotas import Quotas, check_occurrences_per_day, check_one_more_live
 from reminder_core.scheduling import (
     ScheduleConfig,
     StoredSchedule,
@@ -120,22 +121,42 @@ def find_replay(
 
 
 def create(
-    conn: Connection, draft: ReminderDraft, *, zone: ZoneInfo, now: datetime, config: ScheduleConfig
+    conn: Connection,
+    draft: ReminderDraft,
+    *,
+    zone: ZoneInfo,
+    now: datetime,
+    config: ScheduleConfig,
+    quotas: Quotas,
 ) -> Created:
     """Create a reminder: `pending` at its first occurrence at or after `now` (aware
     UTC) in `zone` (docs/design.md, "next_run_utc"). Idempotent on
     `draft.client_request_id`: a concurrent create with the same key is waited for and
-    answered as a replay.
+    answered as a replay (a replay is answered even at the quota).
 
-    Side effects: one INSERT in the caller's transaction.
+    Side effects: takes the user's quota lock (until the transaction ends), one INSERT in
+    the caller's transaction.
 
     Raises:
         InvalidSchedule: the rule cannot be accepted, or the reminder has no occurrence
             at or after now (naming the field).
         Conflict: the idempotency key was used with another request body.
+        QuotaExceeded: the user is at QUOTA_LIVE_REMINDERS, or the rule fires more than
+            QUOTA_OCCURRENCES_PER_DAY times in a local day; nothing was written.
     """
     content = draft.content
     compiled, next_run = accepted_schedule(content.schedule, zone, now, config)
+    check_occurrences_per_day(compiled, zone, next_run, quotas=quotas, limits=config.limits)
+    check_one_more_live(conn, user_id=draft.user_id, quotas=quotas)
+    if draft.client_request_id is not None:  # created while this request waited for the lock
+        earlier = find_replay(
+            conn,
+            user_id=draft.user_id,
+            client_request_id=draft.client_request_id,
+            request_fingerprint=draft.request_fingerprint,
+        )
+        if earlier is not None:
+            return Created(earlier, replayed=True)
     new = NewReminder(
         user_id=draft.user_id,
         title=content.title,
@@ -188,6 +209,7 @@ def update(
     zone: Callable[[str | None], ZoneInfo],
     now: datetime,
     config: ScheduleConfig,
+    quotas: Quotas,
 ) -> ReminderRecord:
     """Change title, body, schedule or policies; version + 1. A schedule change
     recomputes next_run_utc from `now` (aware UTC) in `zone(timezone)` and, unless
@@ -199,6 +221,9 @@ def update(
     Raises:
         Conflict: the reminder is cancelled.
         InvalidSchedule: the new schedule cannot be accepted or has no occurrence left.
+        QuotaExceeded: the new rule fires more than QUOTA_OCCURRENCES_PER_DAY times in a
+            local day, or a finished reminder made live again would take the user past
+            QUOTA_LIVE_REMINDERS; nothing was written.
     """
     if locked.status == ReminderStatus.CANCELLED:
         raise Conflict("reminder is cancelled; create a new one")
@@ -215,6 +240,7 @@ def update(
         compiled, next_run = accepted_schedule(
             content.schedule, in_zone, now, config, exdates_carried=edit.exdates_carried
         )
+        check_occurrences_per_day(compiled, in_zone, next_run, quotas=quotas, limits=config.limits)
         changed = dataclasses.replace(
             changed,
             start_local=content.schedule.start_local,
@@ -235,6 +261,8 @@ def update(
                 claimed_at=None,
                 last_error=None,
             )
+        if locked.status not in LIVE:  # finished, live again: one more live reminder
+            check_one_more_live(conn, user_id=locked.user_id, quotas=quotas)
     return _write(conn, changed, now)
 
 

@@ -26,7 +26,7 @@ def take(
 ) -> Taken:
     """Take one request from `user_id`'s budget at `now` (aware UTC), GCRA: each request
     moves the TAT on by `emission_s` (60 / requests per minute), and is refused when the
-    TAT would end up more than `tolerance_s` (burst × emission_s) after `now`; a refused
+    TAT would end up more than `tolerance_s` (burst x emission_s) after `now`; a refused
     request changes nothing (`rate_limit_take`).
 
     Side effects: inserts or updates the user's row (row-locked until the caller's

@@ -105,21 +105,22 @@ def test_every_error_response_is_a_problem(document: dict[str, Any]) -> None:
 
 
 #: What each kind of operation can answer besides its success (reminder_api.errors,
-#: reminder_api.app's BodyLimit, reminder_api.overload, the routes' services).
+#: reminder_api.app's BodyLimit, reminder_api.overload, reminder_api.ratelimit, the
+#: routes' services).
 EXPECTED_ERRORS: dict[tuple[str, str], set[int]] = {
-    ("post", "/v1/reminders"): {400, 401, 409, 413, 415, 422, 503},
-    ("get", "/v1/reminders"): {401, 422, 503},
-    ("get", "/v1/reminders/{reminder_id}"): {401, 404, 422, 503},
-    ("delete", "/v1/reminders/{reminder_id}"): {401, 404, 409, 412, 422, 503},
-    ("patch", "/v1/reminders/{reminder_id}"): {400, 401, 404, 409, 412, 413, 415, 422, 503},
-    ("post", "/v1/reminders/{reminder_id}/pause"): {401, 404, 409, 412, 422, 503},
-    ("post", "/v1/reminders/{reminder_id}/resume"): {401, 404, 409, 412, 422, 503},
-    ("get", "/v1/reminders/{reminder_id}/occurrences"): {401, 404, 422, 503},
-    ("get", "/v1/reminders/{reminder_id}/deliveries"): {401, 404, 422, 503},
-    ("post", "/v1/occurrences:preview"): {400, 401, 413, 415, 422, 503},
-    ("post", "/v1/calendar-feed"): {401, 422, 503},
-    ("delete", "/v1/calendar-feed"): {401, 422, 503},
-    ("post", "/v1/reminders:import"): {400, 401, 413, 415, 422, 503},
+    ("post", "/v1/reminders"): {400, 401, 409, 413, 415, 422, 429, 503},
+    ("get", "/v1/reminders"): {401, 422, 429, 503},
+    ("get", "/v1/reminders/{reminder_id}"): {401, 404, 422, 429, 503},
+    ("delete", "/v1/reminders/{reminder_id}"): {401, 404, 409, 412, 422, 429, 503},
+    ("patch", "/v1/reminders/{reminder_id}"): {400, 401, 404, 409, 412, 413, 415, 422, 429, 503},
+    ("post", "/v1/reminders/{reminder_id}/pause"): {401, 404, 409, 412, 422, 429, 503},
+    ("post", "/v1/reminders/{reminder_id}/resume"): {401, 404, 409, 412, 422, 429, 503},
+    ("get", "/v1/reminders/{reminder_id}/occurrences"): {401, 404, 422, 429, 503},
+    ("get", "/v1/reminders/{reminder_id}/deliveries"): {401, 404, 422, 429, 503},
+    ("post", "/v1/occurrences:preview"): {400, 401, 413, 415, 422, 429, 503},
+    ("post", "/v1/calendar-feed"): {401, 422, 429, 503},
+    ("delete", "/v1/calendar-feed"): {401, 422, 429, 503},
+    ("post", "/v1/reminders:import"): {400, 401, 413, 415, 422, 429, 503},
     # No bearer: the secret in the path is the credential; any other secret is 404.
     ("get", "/v1/calendar-feed/{secret}.ics"): {404, 503},
     ("get", "/readyz"): {503},
@@ -456,7 +457,17 @@ def for_each_case(strategy: Any, check: Callable[[Any], None]) -> None:
     run()
 
 
-def test_schemathesis_finds_no_nonconformance(client: TestClient, token_for: TokenFor) -> None:
+def test_schemathesis_finds_no_nonconformance(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    # Every case within the user's budget (the clock stands still, so it never refills),
+    # each answer with the RateLimit headers; a 429 is checked in test_api_limits.py.
+    roomy = settings.model_copy(update={"rate_limit_burst": 1_000_000})
+    with TestClient(build_app(roomy, db, clock)) as client:
+        fuzz_reminders_api(client, token_for)
+
+
+def fuzz_reminders_api(client: TestClient, token_for: TokenFor) -> None:
     schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
     headers = bearer(token_for("alice"))
     # A reminder of the user, so that generated ids can be found too (not only 404s).

@@ -1,0 +1,172 @@
+"""ASGI middleware: the per-user request rate limit of the /v1 API (docs/operations.md,
+"Fair limits"), one budget per token subject shared by every API process.
+
+The budget is a GCRA (generic cell rate algorithm, ITU-T I.371; the leaky bucket as a
+meter): each request moves the user's theoretical arrival time (TAT) on by the emission
+interval `60 / RATE_LIMIT_PER_MINUTE` seconds, and a request that would put the TAT more
+than `RATE_LIMIT_BURST` intervals after now is refused. The TAT is one row per user in
+PostgreSQL (`reminder_core.store.rate_limits`), moved by one atomic upsert, so several API
+processes cannot overspend it. A refused request is answered 429 problem+json with
+`Retry-After` (RFC 9110 §10.2.3, RFC 6585 §4); every limited response, refused or not,
+carries `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11:
+Structured Field lists, `"<policy>";q=<quota>;w=<window s>` and `"<policy>";r=<remaining>;
+t=<seconds until the quota is whole again>`).
+
+Only bearer-authenticated /v1 requests with a valid token are counted: webhooks, health,
+readiness, metrics and the console are not /v1-bearer paths, and a request without a
+valid token is left to the route's 401. When the database cannot be reached the request
+is let through unlimited (the route itself then answers 503 if it needs the database).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from fastapi.security import HTTPAuthorizationCredentials
+from sqlalchemy import exc as sa_exc
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from reminder_api.deps import AppContext, current_principal
+from reminder_api.errors import problem
+from reminder_core.store import rate_limits
+from reminder_core.store.rate_limits import Taken
+from reminder_core.tokens import TokenError
+
+log = logging.getLogger(__name__)
+
+#: The policy's name in `RateLimit-Policy` and `RateLimit`.
+POLICY_NAME = "per-user"
+
+
+@dataclass(frozen=True, slots=True)
+class RatePolicy:
+    """A GCRA budget: `per_minute` requests a minute (> 0), up to `burst` (>= 1) at once."""
+
+    per_minute: int
+    burst: int
+
+    @property
+    def emission_s(self) -> float:
+        """Seconds one request costs: 60 / per_minute."""
+        return 60.0 / self.per_minute
+
+    @property
+    def tolerance_s(self) -> float:
+        """How far ahead of now the TAT may be after a request: burst x emission_s."""
+        return self.burst * self.emission_s
+
+    def policy_header(self) -> str:
+        """`RateLimit-Policy`: the burst as quota, over the seconds it takes to refill
+        (rounded up to whole seconds, as the draft's `w` is an Integer)."""
+        return f'"{POLICY_NAME}";q={self.burst};w={math.ceil(self.tolerance_s)}'
+
+    def headers(self, taken: Taken, now: datetime) -> dict[str, str]:
+        """`RateLimit-Policy` and `RateLimit` after `taken` at `now` (aware UTC), and for
+        a refused request `Retry-After` (whole seconds, at least 1): when one request
+        fits again. An unknown TAT (a concurrent first request) counts as a spent
+        budget."""
+        ahead_s = (taken.tat - now).total_seconds() if taken.tat else self.tolerance_s
+        remaining = max(0, math.floor((self.tolerance_s - ahead_s) / self.emission_s + 1e-9))
+        reset_s = max(0, math.ceil(ahead_s - 1e-9))
+        out = {
+            "RateLimit-Policy": self.policy_header(),
+            "RateLimit": f'"{POLICY_NAME}";r={remaining};t={reset_s}',
+        }
+        if not taken.taken:
+            wait_s = ahead_s - self.tolerance_s + self.emission_s
+            out["Retry-After"] = str(max(1, math.ceil(wait_s - 1e-9)))
+        return out
+
+
+def is_limited_path(path: str) -> bool:
+    """True for the bearer-authenticated API (/v1/...), except the provider webhooks."""
+    return path.startswith("/v1/") and not path.startswith("/v1/webhooks/")
+
+
+class RateLimit:
+    """Count each authenticated /v1 request against its user's budget; refuse with 429.
+
+    Args:
+        ctx: the app's context (engine, clock, token verification and its cache).
+        policy: the budget; None turns the middleware into a pass-through
+            (RATE_LIMIT_PER_MINUTE=0).
+
+    Side effects: one upsert of the user's `rate_limits` row per counted request, in its
+    own committed transaction, run in a worker thread.
+    """
+
+    def __init__(self, app: ASGIApp, *, ctx: AppContext, policy: RatePolicy | None) -> None:
+        self.app = app
+        self.ctx = ctx
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        policy = self.policy
+        if policy is None or scope["type"] != "http" or not is_limited_path(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        user_id = await self._subject(scope)
+        if user_id is None:  # the route answers 401
+            await self.app(scope, receive, send)
+            return
+        now = self.ctx.clock()
+        try:
+            taken = await run_in_threadpool(self._take, policy, user_id, now)
+        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
+            log.warning("rate limit not checked (database unavailable): %s", exc)
+            await self.app(scope, receive, send)
+            return
+        headers = policy.headers(taken, now)
+        if not taken.taken:
+            response = problem(
+                429,
+                "Too many requests",
+                f"more than {policy.per_minute} requests a minute (bursts of {policy.burst});"
+                " retry after the time Retry-After gives",
+                kind="rate-limited",
+                headers=headers,
+                instance=scope["path"],
+            )
+            await response(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).update(headers)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+    async def _subject(self, scope: Scope) -> str | None:
+        """The `sub` of the request's valid bearer token (verified as the routes do, and
+        cached there for them), else None."""
+        scheme, _, credentials = Headers(scope=scope).get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
+            return None
+        creds = HTTPAuthorizationCredentials(scheme=scheme, credentials=credentials.strip())
+        try:
+            principal = await current_principal(creds, self.ctx)
+        except TokenError:
+            return None
+        return principal.subject
+
+    def _take(self, policy: RatePolicy, user_id: str, now: datetime) -> Taken:
+        with self.ctx.engine.begin() as conn:
+            return rate_limits.take(
+                conn,
+                user_id=user_id,
+                now=now,
+                emission_s=policy.emission_s,
+                tolerance_s=policy.tolerance_s,
+            )
+
+
+def policy_of(per_minute: int, burst: int) -> RatePolicy | None:
+    """The budget of RATE_LIMIT_PER_MINUTE and RATE_LIMIT_BURST; None when the limit is 0
+    (off)."""
+    return RatePolicy(per_minute=per_minute, burst=burst) if per_minute > 0 else None

@@ -1,0 +1,234 @@
+"""Fair limits (issue 17): the per-user request rate limit shared by several API
+processes, and the per-user quotas, against the real database.
+
+Sources of the expected values: GCRA (ITU-T I.371; the budget of reminder_api.ratelimit:
+each request costs 60 / RATE_LIMIT_PER_MINUTE seconds, RATE_LIMIT_BURST of them at once),
+worked by hand below for 60 a minute (1 s each) in bursts of 3;
+draft-ietf-httpapi-ratelimit-headers-11 for the `RateLimit-Policy` (`"name";q=;w=`) and
+`RateLimit` (`"name";r=;t=`) syntax; RFC 6585 §4 and RFC 9110 §10.2.3 for 429 and
+`Retry-After`; RFC 9457 for problem+json. The clock stands still unless a test moves it,
+so the budget refills only when it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, text
+
+from reminder_core.settings import Settings
+from tests.conftest import table_counts
+from tests.integration.api_support import PROBLEM_JSON, URL, Clock, TokenFor, bearer, build_app
+from tests.integration.test_api import assert_problem, new_york
+
+# 60 requests a minute in bursts of 3: each request costs 1 s, and the budget is whole
+# again 3 s after a burst (q=3 over w=3).
+SIXTY_A_MINUTE = {"rate_limit_per_minute": 60, "rate_limit_burst": 3}
+POLICY = '"per-user";q=3;w=3'
+
+
+@contextmanager
+def apps(
+    db: Engine, settings: Settings, clock: Clock, n: int, **changes: Any
+) -> Iterator[list[TestClient]]:
+    """`n` API applications ("processes") over one database, with `changes` to settings."""
+    changed = settings.model_copy(update=changes)
+    with ExitStack() as stack:
+        yield [stack.enter_context(TestClient(build_app(changed, db, clock))) for _ in range(n)]
+
+
+def test_two_api_processes_share_one_budget(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 2, **SIXTY_A_MINUTE) as (a, b):
+        # Three requests at one instant, alternating processes: the TAT moves to now+1,
+        # now+2, now+3 s; r = 3 - requests so far, t = seconds until the TAT.
+        answers = [c.get(URL, headers=alice) for c in (a, b, a)]
+        assert [r.status_code for r in answers] == [200, 200, 200]
+        assert [r.headers["RateLimit"] for r in answers] == [
+            '"per-user";r=2;t=1',
+            '"per-user";r=1;t=2',
+            '"per-user";r=0;t=3',
+        ]
+        assert {r.headers["RateLimit-Policy"] for r in answers} == {POLICY}
+
+        # The fourth, on the other process: TAT now+4 would be past now + 3 s → refused;
+        # one request fits again once the TAT is within 2 s of now: in 1 s.
+        refused = b.get(URL, headers=alice)
+        problem = assert_problem(refused, 429)
+        assert problem["type"] == "/problems/rate-limited"
+        assert refused.headers["Retry-After"] == "1"
+        assert refused.headers["RateLimit"] == '"per-user";r=0;t=3'
+        assert refused.headers["RateLimit-Policy"] == POLICY
+
+        # Another user has a budget of their own.
+        bob = b.get(URL, headers=bearer(token_for("bob")))
+        assert bob.status_code == 200
+        assert bob.headers["RateLimit"] == '"per-user";r=2;t=1'
+
+        # A refused request costs nothing: 1 s later exactly one request fits again
+        # (TAT now+3 → now+4 = the new now + 3), on either process.
+        clock.now += timedelta(seconds=1)
+        again = a.get(URL, headers=alice)
+        assert again.status_code == 200
+        assert again.headers["RateLimit"] == '"per-user";r=0;t=3'
+        assert b.get(URL, headers=alice).status_code == 429
+
+        # 3 s later the budget is whole again: three more.
+        clock.now += timedelta(seconds=3)
+        assert [c.get(URL, headers=alice).status_code for c in (a, b, a, b)] == [
+            200, 200, 200, 429,
+        ]  # fmt: skip
+    with db.connect() as conn:  # one row per user, whatever the number of processes
+        assert conn.execute(text("SELECT count(*) FROM rate_limits")).scalar_one() == 2
+
+
+def test_429_is_documented_as_answered(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 1, rate_limit_per_minute=60, rate_limit_burst=1) as (a,):
+        doc = a.get("/openapi.json").json()
+        assert a.post("/v1/occurrences:preview", json={}, headers=alice).status_code == 422
+        refused = a.post(URL, json=new_york(), headers=alice)
+    assert refused.status_code == 429
+    documented = doc["paths"]["/v1/reminders"]["post"]["responses"]["429"]
+    assert list(documented["content"]) == [PROBLEM_JSON]
+    assert set(documented["headers"]) == {"Retry-After", "RateLimit-Policy", "RateLimit"}
+    assert set(refused.headers) >= {"retry-after", "ratelimit-policy", "ratelimit"}
+    success = doc["paths"]["/v1/reminders"]["get"]["responses"]["200"]
+    assert set(success["headers"]) >= {"RateLimit-Policy", "RateLimit"}
+
+
+def test_operations_webhooks_console_and_bad_tokens_are_never_limited(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 1, rate_limit_per_minute=60, rate_limit_burst=1) as (a,):
+        assert a.get(URL, headers=alice).status_code == 200
+        assert a.get(URL, headers=alice).status_code == 429  # the budget is spent
+        for path in ("/healthz", "/readyz", "/metrics", "/console/", "/openapi.json"):
+            for _ in range(3):
+                resp = a.get(path, headers=alice)
+                assert resp.status_code != 429, path
+                assert "RateLimit" not in resp.headers, path
+        for _ in range(3):  # signatures, not bearer tokens: the provider's answer
+            resp = a.post("/v1/webhooks/resend", content=b"{}", headers=alice)
+            assert resp.status_code != 429
+        # Without a valid token: 401 (the route's answer), and nothing counted.
+        for headers in ({}, bearer("not-a-token")):
+            resp = a.get(URL, headers=headers)
+            assert resp.status_code == 401
+            assert "RateLimit" not in resp.headers
+
+
+def test_limit_zero_is_off(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 1, rate_limit_per_minute=0, rate_limit_burst=1) as (a,):
+        answers = [a.get(URL, headers=alice) for _ in range(25)]
+    assert {r.status_code for r in answers} == {200}
+    assert not any("RateLimit" in r.headers for r in answers)
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM rate_limits")).scalar_one() == 0
+
+
+def test_live_reminders_quota_refuses_and_stores_nothing(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 1, quota_live_reminders=2) as (a,):
+        first = a.post(URL, json=new_york(), headers=alice)
+        assert first.status_code == 201
+        second = a.post(URL, json=new_york("2030-07-02T09:00"), headers=alice)
+        assert second.status_code == 201
+        # Paused is still live.
+        paused = a.post(f"{URL}/{second.json()['id']}/pause", headers=alice)
+        assert paused.status_code == 200
+        before = table_counts(db)
+        refused = a.post(URL, json=new_york("2030-07-03T09:00"), headers=alice)
+        problem = assert_problem(refused, 429)
+        assert problem["type"] == "/problems/quota-exceeded"
+        assert "QUOTA_LIVE_REMINDERS" in problem["detail"]
+        assert "Retry-After" not in refused.headers  # waiting does not help
+        assert table_counts(db) == before
+        # Another user is not counted against alice's quota.
+        assert a.post(URL, json=new_york(), headers=bearer(token_for("bob"))).status_code == 201
+        # A cancelled reminder is not live: room for one more.
+        assert a.delete(f"{URL}/{first.json()['id']}", headers=alice).status_code == 200
+        assert a.post(URL, json=new_york("2030-07-03T09:00"), headers=alice).status_code == 201
+
+
+def test_replay_at_the_quota_is_still_answered(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    headers = {**bearer(token_for("alice")), "Idempotency-Key": "k1"}
+    with apps(db, settings, clock, 1, quota_live_reminders=1) as (a,):
+        assert a.post(URL, json=new_york(), headers=headers).status_code == 201
+        assert a.post(URL, json=new_york(), headers=headers).status_code == 200
+
+
+def test_concurrent_creates_at_the_quota_edge_never_exceed_it(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    alice = bearer(token_for("alice"))
+    quota, attempts = 3, 16
+    with apps(db, settings, clock, 2, quota_live_reminders=quota) as clients:
+
+        def create(i: int) -> int:
+            body = new_york(f"2030-07-01T{i % 24:02d}:00", title=f"race {i}")
+            return clients[i % 2].post(URL, json=body, headers=alice).status_code
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            statuses = sorted(pool.map(create, range(attempts)))
+    assert statuses == [201] * quota + [429] * (attempts - quota)
+    with db.connect() as conn:
+        stored = conn.execute(
+            text("SELECT count(*) FROM reminders WHERE user_id = 'alice'")
+        ).scalar_one()
+    assert stored == quota
+
+
+@pytest.fixture
+def per_day(db: Engine, settings: Settings, clock: Clock) -> Iterator[TestClient]:
+    """An API whose rules may fire once a minute (so the day quota can be reached), with
+    at most 48 occurrences a local day."""
+    with apps(
+        db, settings, clock, 1, min_recurrence_spacing_s=60, quota_occurrences_per_day=48
+    ) as (a,):
+        yield a
+
+
+def test_occurrences_per_day_quota(per_day: TestClient, db: Engine, token_for: TokenFor) -> None:
+    alice = bearer(token_for("alice"))
+    # Every 30 minutes from 09:00: 30 times on the first day (09:00..23:30), then
+    # 24 h x 2 = 48 a day: at the quota, accepted.
+    every_30 = new_york(rrule="FREQ=MINUTELY;INTERVAL=30")
+    created = per_day.post(URL, json=every_30, headers=alice)
+    assert created.status_code == 201, created.text
+    # Every 20 minutes: 45 times on 2030-07-01 (09:00..23:40), 72 on 2030-07-02.
+    before = table_counts(db)
+    refused = per_day.post(URL, json=new_york(rrule="FREQ=MINUTELY;INTERVAL=20"), headers=alice)
+    problem = assert_problem(refused, 429)
+    assert problem["type"] == "/problems/quota-exceeded"
+    assert "QUOTA_OCCURRENCES_PER_DAY" in problem["detail"]
+    assert "2030-07-02" in problem["detail"]
+    assert table_counts(db) == before
+    # The same rule as an edit: refused, the reminder unchanged.
+    rid = created.json()["id"]
+    patched = per_day.patch(
+        f"{URL}/{rid}",
+        json={"rrule": "FREQ=MINUTELY;INTERVAL=20"},
+        headers={**alice, "If-Match": '"1"'},
+    )
+    assert assert_problem(patched, 429)["type"] == "/problems/quota-exceeded"
+    kept = per_day.get(f"{URL}/{rid}", headers=alice).json()
+    assert (kept["rrule"], kept["version"]) == ("FREQ=MINUTELY;INTERVAL=30", 1)
