@@ -26,6 +26,7 @@ from reminder_core.settings import Settings
 from tests.conftest import table_counts
 from tests.integration.api_support import PROBLEM_JSON, URL, Clock, TokenFor, bearer, build_app
 from tests.integration.test_api import assert_problem, new_york
+from tests.integration.test_calendar_feed import ICS, IMPORT, vcalendar
 
 # 60 requests a minute in bursts of 3: each request costs 1 s, and the budget is whole
 # again 3 s after a burst (q=3 over w=3).
@@ -232,3 +233,20 @@ def test_occurrences_per_day_quota(per_day: TestClient, db: Engine, token_for: T
     assert assert_problem(patched, 429)["type"] == "/problems/quota-exceeded"
     kept = per_day.get(f"{URL}/{rid}", headers=alice).json()
     assert (kept["rrule"], kept["version"]) == ("FREQ=MINUTELY;INTERVAL=30", 1)
+
+
+def test_import_past_the_quota_refuses_every_event(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    alice = bearer(token_for("alice"))
+    # One live reminder, a quota of 2: an import of two events would make 3.
+    ics = vcalendar(
+        "UID:a\r\nDTSTART:20300105T090000Z\r\nSUMMARY:A",
+        "UID:b\r\nDTSTART:20300106T090000Z\r\nSUMMARY:B",
+    )
+    with apps(db, settings, clock, 1, quota_live_reminders=2) as (a,):
+        assert a.post(URL, json=new_york(), headers=alice).status_code == 201
+        before = table_counts(db)
+        refused = a.post(IMPORT, content=ics, headers=alice | ICS)
+        assert assert_problem(refused, 429)["type"] == "/problems/quota-exceeded"
+        assert table_counts(db) == before  # all or nothing: not even the first event
