@@ -90,9 +90,18 @@ def add(
     timezone: Annotated[
         str, typer.Option("--timezone", "--tz", help="IANA zone, e.g. Europe/Paris.")
     ],
+    quiet_hours: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--quiet-hours",
+            help="No email between these local times, e.g. 22:00-07:30 (crosses midnight),"
+            " or 22:00-07:30@fri,sat (windows starting on those days); repeatable.",
+        ),
+    ] = None,
 ) -> None:
-    """Add a user (email and IANA timezone) to the profiles file; an id already there is
-    refused (exit 1). The API reads the file again on change: no restart needed."""
+    """Add a user (email, IANA timezone, optional quiet hours) to the profiles file; an id
+    already there is refused (exit 1). The API reads the file again on change: no restart
+    needed."""
     import fcntl
 
     from reminder_core.domain.localtime import load_zone
@@ -108,6 +117,7 @@ def add(
         load_zone(timezone)
     except InvalidSchedule as exc:
         raise fail(f"--timezone: {exc.reason}", 2) from None
+    windows = quiet_hours_entries(quiet_hours or [])
     path = _profiles_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     with (path.parent / f".{path.name}.lock").open("w") as lock:
@@ -119,11 +129,42 @@ def add(
                 " (edit the file to change it)",
                 1,
             )
-        data[user_id] = {"email": email, "timezone": timezone}
+        profile: dict[str, object] = {"email": email, "timezone": timezone}
+        if windows:
+            profile["quiet_hours"] = windows
+        data[user_id] = profile
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         tmp.replace(path)
-    typer.echo(f"added {user_id} <{email}> ({timezone}) to {path}")
+    quiet = f", quiet {', '.join(quiet_hours or [])}" if windows else ""
+    typer.echo(f"added {user_id} <{email}> ({timezone}{quiet}) to {path}")
+
+
+def quiet_hours_entries(specs: list[str]) -> list[dict[str, object]]:
+    """The profile's `quiet_hours` member of `--quiet-hours` values "HH:MM-HH:MM" or
+    "HH:MM-HH:MM@day,day" (days mon..sun), checked as the sender will read them
+    (`reminder_core.domain.quiet_hours.parse_windows`).
+
+    Raises:
+        typer.Exit: 2 a value not of that form (printed on stderr).
+    """
+    from reminder_core.domain.quiet_hours import parse_windows
+
+    entries: list[dict[str, object]] = []
+    for spec in specs:
+        span, _, days = spec.partition("@")
+        start, dash, end = span.partition("-")
+        if not dash:
+            raise fail(f"--quiet-hours {spec!r}: write START-END, e.g. 22:00-07:30", 2)
+        entry: dict[str, object] = {"start": start.strip(), "end": end.strip()}
+        if days:
+            entry["days"] = [d.strip() for d in days.split(",")]
+        entries.append(entry)
+    try:
+        parse_windows(entries)
+    except ValueError as exc:
+        raise fail(f"--quiet-hours: {exc}", 2) from None
+    return entries
 
 
 @users.command("list")
@@ -143,7 +184,7 @@ def list_users(
     from rich.table import Table
 
     table = Table(title=f"{path} ({len(data)})")
-    for column in ("user", "email", "timezone"):
+    for column in ("user", "email", "timezone", "quiet hours"):
         table.add_column(column, no_wrap=True)
     for user_id, entry in sorted(data.items()):
         fields = entry if isinstance(entry, dict) else {}
@@ -152,8 +193,23 @@ def list_users(
             user_id,
             email if isinstance(email, str) else "(none: unusable)",
             str(fields.get("timezone") or "UTC"),
+            _quiet_text(fields.get("quiet_hours")),
         )
     Console().print(table)
+
+
+def _quiet_text(raw: object) -> str:
+    """`--quiet-hours` notation of a profile's windows ("" for none)."""
+    if not isinstance(raw, list):
+        return "" if raw is None else "(unusable)"
+    parts = []
+    for w in raw:
+        if not isinstance(w, dict):
+            return "(unusable)"
+        days = w.get("days")
+        suffix = "@" + ",".join(map(str, days)) if isinstance(days, list) else ""
+        parts.append(f"{w.get('start')}-{w.get('end')}{suffix}")
+    return " ".join(parts)
 
 
 def warn_if_no_profile(settings: Settings, user_id: str) -> None:
