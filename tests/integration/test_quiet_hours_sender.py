@@ -197,4 +197,5 @@ def test_broken_quiet_hours_hand_the_message_back(
     insert_due_reminders(db, 1, next_run_utc=DUE, timezone="Europe/London")
     claim(db, queue, DUE)
     assert send(db, queue, settings, provider, DUE + timedelta(seconds=1)) == {"retry": 1}
-    assert provider.calls == [] and rows(db) == []
+    assert provider.calls == []
+    assert rows(db) == []
