@@ -348,6 +348,10 @@ class OccurrenceList(BaseModel):
 class DeliveryOut(BaseModel):
     """What happened to one occurrence of a reminder (its `delivery_log` row)."""
 
+    reminder_id: uuid.UUID = Field(
+        description="The reminder it belongs to: this one, or the one-time reminder a"
+        " snooze link in one of its emails made."
+    )
     run_time_utc: datetime = Field(description="The occurrence (its due instant, UTC).")
     status: DeliveryStatus = Field(
         description="'sending' while in flight; then 'sent', 'failed', 'bounced', "

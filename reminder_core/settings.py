@@ -379,6 +379,39 @@ class Settings(BaseSettings):
         description="Redis shared by every sender for the breaker state. Unset: per process.",
     )
 
+    # --- links in emails (docs/design.md, "Links in emails") ---
+    public_base_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="The API's base URL as recipients reach it (e.g. https://reminders.example.com):"
+        " emails then carry signed snooze and stop links and List-Unsubscribe headers"
+        " (RFC 8058). Unset: no links (`reminders dev` sets its own URL).",
+    )
+    link_secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC key of the links in emails (at least 32 bytes). Unset: derived from"
+        " the JWT key (JWT_SECRET or STATE_DIR/jwt_secret).",
+    )
+    link_ttl_s: float = Field(
+        default=30 * 86400.0,
+        gt=0,
+        le=366 * 86400.0,
+        description="A link in an email works this long after the email is sent.",
+    )
+    snooze_delay_s: float = Field(
+        default=3600.0,
+        ge=1,
+        le=7 * 86400.0,
+        description='The "remind me later" link brings the reminder back this long after'
+        " it is used.",
+    )
+    snooze_tomorrow_at: str = Field(
+        default="09:00",
+        pattern=r"^([01]\d|2[0-3]):[0-5]\d$",
+        description='The "tomorrow" link brings the reminder back at this local time the'
+        " next day (the reminder's zone, else the profile's).",
+    )
+
     # --- inbound webhooks (docs/design.md, "Webhooks"; see webhooks/) ---
     webhook_sns_topic_arns: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
@@ -415,6 +448,13 @@ class Settings(BaseSettings):
                     f"JWT_SECRET must be at least {need} bytes for {self.jwt_algorithm}"
                     " (RFC 7518 §3.2)"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _check_link_secret_size(self) -> Settings:
+        # As for JWT_SECRET (RFC 7518 §3.2): links are signed with HS256.
+        if self.link_secret is not None and len(self.link_secret.get_secret_value()) < 32:
+            raise ValueError("LINK_SECRET must be at least 32 bytes (RFC 7518 §3.2)")
         return self
 
     @field_validator("log_level", mode="before")

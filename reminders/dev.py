@@ -99,6 +99,9 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         log.error("%s:%d is already in use (another `reminders dev`?); try --port", host, port)
         return 1
     settings.jwt_key(create=True)
+    if not settings.public_base_url:  # the emails' snooze and stop links point here
+        shown = f"[{host}]" if ":" in host else host
+        settings.public_base_url = f"http://{'127.0.0.1' if host == '0.0.0.0' else shown}:{port}"
     zone = local_zone_name()
     ensure_profile(settings.effective_profiles_file, DEMO_USER, email=DEMO_EMAIL, timezone=zone)
     settings.effective_mail_dir.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from reminder_core.errors import (
     PermanentDeliveryError,
     TransientDeliveryError,
 )
+from reminder_core.links import LinkAction, LinkSigner
 from reminder_core.logging import delivery_fields
 from reminder_core.metrics import POSSIBLE_DUPLICATES, SENDS_RECOVERED
 from reminder_core.store import delivery_log
@@ -74,7 +75,9 @@ class Executor:
         clock: Callable[[], datetime],
         recheck_interval_s: float,
         name: str = "sender",
+        links: LinkSigner | None = None,
     ) -> None:
+        self._links = links
         self._engine = engine
         self._provider = provider
         self._failover = provider if isinstance(provider, ChoosingProvider) else None
@@ -211,14 +214,26 @@ class Executor:
         if begun.zone is None:
             raise PermanentDeliveryError(f"unknown time zone {reminder.timezone!r}")
         attempt.recipient = profile.email
+        links: dict[str, str] = {}
+        headers: tuple[tuple[str, str], ...] = ()
+        if self._links is not None:
+            links = self._links.links(
+                reminder_id=reminder.id, occurrence=begun.chosen, user_id=reminder.user_id,
+                now=self._clock(),
+            )  # fmt: skip
+            # RFC 8058 §3.1: one-click unsubscribe, the stop link POSTed by the mail client.
+            headers = (
+                ("List-Unsubscribe", f"<{links[LinkAction.STOP.value]}>"),
+                ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
+            )
         rendered = self._renderer.render(
             reminder.template, reminder_id=str(reminder.id), title=reminder.title,
             body=reminder.body, run_time_utc=begun.chosen, timezone=begun.zone.key,
-            recipient=profile.email,
+            recipient=profile.email, links=links,
         )  # fmt: skip
         return OutgoingEmail(
             to=profile.email, sender=self.mail_from, subject=rendered.subject,
-            text=rendered.text, html=rendered.html,
+            text=rendered.text, html=rendered.html, headers=headers,
         )  # fmt: skip
 
     def _call(self, attempt: _Attempt, email: OutgoingEmail) -> SendReceipt:

@@ -6,6 +6,7 @@ import threading
 
 from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import configuration_errors
+from reminder_core.links import LinkSigner, delay_text
 from reminder_core.logging import configure_logging
 from reminder_core.runtime import Runtime, open_runtime, run_services
 from reminder_core.scheduling import ScheduleConfig
@@ -68,7 +69,7 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
         rt.engine,
         rt.queue,
         rt.profiles,
-        Renderer(s.template_dir),
+        Renderer(s.template_dir, snooze_label=delay_text(s.snooze_delay_s)),
         build_provider(s),
         mail_from=s.mail_from,
         visibility_timeout_s=s.visibility_timeout_s,
@@ -87,6 +88,7 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
         flush_max=s.sender_flush_max,
         owns_provider=True,
         coalesce_s=s.sender_coalesce_s,
+        links=LinkSigner.from_settings(s),
     )
 
 

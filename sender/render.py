@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -39,8 +40,15 @@ class Renderer:
     operator's edit shows within that interval, without a restart.
     """
 
-    def __init__(self, override_dir: Path | None = None, *, reload_interval_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        override_dir: Path | None = None,
+        *,
+        reload_interval_s: float = 5.0,
+        snooze_label: str = "1 hour",
+    ) -> None:
         self.reload_interval_s = reload_interval_s
+        self.snooze_label = snooze_label
         self._compiled: dict[
             str, tuple[float, tuple[tuple[jinja2.Template, dict[str, Any]], ...]]
         ] = {}
@@ -65,6 +73,7 @@ class Renderer:
         run_time_utc: datetime,
         timezone: str,
         recipient: str = "",
+        links: Mapping[str, str] | None = None,
     ) -> RenderedEmail:
         """Render one occurrence.
 
@@ -74,9 +83,12 @@ class Renderer:
             timezone: IANA zone name the recipient reads times in (the reminder's, else
                 the user's profile's).
             recipient: the address from the user's profile, read at send time.
+            links: the email's signed links by action ("snooze", "tomorrow", "stop";
+                reminder_core.links), None or empty when PUBLIC_BASE_URL is unset.
 
         Template variables: reminder_id, title, body ("" when none), run_time_utc (ISO
-        8601), run_time_local ("YYYY-MM-DD HH:MM TZ"), timezone, recipient.
+        8601), run_time_local ("YYYY-MM-DD HH:MM TZ"), timezone, recipient, snooze_url,
+        tomorrow_url, stop_url ("" without links), snooze_label ("1 hour").
 
         Raises:
             PermanentDeliveryError: unknown template, undefined variable or a template
@@ -91,6 +103,10 @@ class Renderer:
             "run_time_local": local.strftime("%Y-%m-%d %H:%M %Z"),
             "timezone": timezone,
             "recipient": recipient,
+            "snooze_url": (links or {}).get("snooze", ""),
+            "tomorrow_url": (links or {}).get("tomorrow", ""),
+            "stop_url": (links or {}).get("stop", ""),
+            "snooze_label": self.snooze_label,
         }
         try:
             subject, text, html = (_render(t, g, context) for t, g in self._templates(template))

@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from reminder_core.clock import utcnow
 from reminder_core.domain.retry import RetryPolicy
+from reminder_core.links import LinkSigner
 from reminder_core.profiles import ProfileSource
 from reminder_core.queue import Message, Queue
 from reminder_core.scheduling import ScheduleConfig
@@ -70,6 +71,7 @@ class Sender:
             False when the caller shares the provider and closes it itself.
         coalesce_s: an idle sender on the PostgreSQL queue wakes this long after the next
             message becomes visible (`wait_for_work`).
+        links: signs each email's snooze and stop links (None: emails carry none).
     """
 
     name = "sender"
@@ -96,6 +98,7 @@ class Sender:
         flush_max: int = 100,
         owns_provider: bool = False,
         coalesce_s: float = 0.05,
+        links: LinkSigner | None = None,
     ) -> None:
         retry = retry or RetryPolicy()
         self.coalesce_s = coalesce_s
@@ -115,6 +118,7 @@ class Sender:
         self.executor = Executor(
             engine, provider, renderer, mail_from=mail_from, retry=retry, stop=self._stop,
             concurrency=concurrency, clock=clock, recheck_interval_s=recheck_interval_s,
+            links=links,
         )  # fmt: skip
         self.completer = Completer(
             engine, flush_interval_s=flush_interval_s, flush_max=flush_max, clock=clock,

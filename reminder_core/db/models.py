@@ -100,6 +100,11 @@ class Reminder(Base):
     # message comes back at that instant); an older value is stale and means nothing
     # (docs/design.md, "Quiet hours").
     held_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A one-time reminder a snooze link made (docs/design.md, "Links in emails"): the
+    # reminder whose email carried the link; its delivery shows in that one's history.
+    snoozed_from: Mapped[uuid.UUID | None] = mapped_column(
+        UUID, ForeignKey("reminders.id", ondelete="SET NULL")
+    )
 
     __table_args__ = (
         CheckConstraint(_in("status", [s.value for s in ReminderStatus]), name="status"),
@@ -126,6 +131,11 @@ class Reminder(Base):
             postgresql_where=text("status = 'pending'"),
         ),
         Index("ix_reminders_user_created", "user_id", "created_at", "id"),
+        Index(
+            "ix_reminders_snoozed_from",
+            "snoozed_from",
+            postgresql_where=text("snoozed_from IS NOT NULL"),
+        ),
         Index("ix_reminders_claimed", "claimed_at", postgresql_where=text("status = 'claimed'")),
         # Paused by a suppression: found by address (removal) and by last check (the
         # maintenance workload's recheck of the profile address).

@@ -83,6 +83,7 @@ class ReminderDraft:
     content: ReminderContent
     client_request_id: str | None
     request_fingerprint: str
+    snoozed_from: uuid.UUID | None = None  # a snooze link of that reminder made it
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +174,7 @@ def create(
         next_run_utc=next_run,
         client_request_id=draft.client_request_id,
         request_fingerprint=draft.request_fingerprint,
+        snoozed_from=draft.snoozed_from,
     )
     created = store.insert(conn, new, now=now)
     if created is not None:

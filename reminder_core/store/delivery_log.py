@@ -36,8 +36,10 @@ def get_status(
 class DeliveryHistoryItem:
     """What happened to one occurrence, as a user sees it. Instants aware UTC;
     `attempt_count` counts provider calls; `sent_at` is when the provider accepted it;
-    `held_until` the end of the quiet hours that held it (None: not held)."""
+    `held_until` the end of the quiet hours that held it (None: not held); `reminder_id`
+    the reminder it belongs to (the one asked for, or a snooze of it)."""
 
+    reminder_id: uuid.UUID
     run_time_utc: datetime
     status: DeliveryStatus
     provider: str | None

@@ -62,6 +62,7 @@ class ReminderRecord:
     updated_at: datetime
     count_progress: CountProgress | None
     held_until: datetime | None = None  # quiet hours held the claim until then
+    snoozed_from: uuid.UUID | None = None  # made by a snooze link of that reminder
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ class NewReminder:
     next_run_utc: datetime
     client_request_id: str | None
     request_fingerprint: str
+    snoozed_from: uuid.UUID | None = None  # made by a snooze link of that reminder
 
 
 #: Before every cursor: the first page of `list_page`.

@@ -16,6 +16,9 @@ class OutgoingEmail:
         subject: one line, no CR/LF.
         text: plain-text part.
         html: HTML part (already escaped by the template engine).
+        headers: more header fields, (name, value) pairs of ASCII text: the
+            List-Unsubscribe / List-Unsubscribe-Post pair of RFC 8058 when the email
+            carries links.
     """
 
     to: str
@@ -23,6 +26,7 @@ class OutgoingEmail:
     subject: str
     text: str
     html: str
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

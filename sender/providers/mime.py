@@ -113,6 +113,8 @@ def build_mime(
     msg["Date"] = format_datetime(now.astimezone(UTC))
     msg["Message-ID"] = message_id(idempotency_key, domain)
     msg["X-Entity-Ref-ID"] = idempotency_key
+    for name, value in email.headers:
+        msg[name] = value
     msg.attach(_text(email.text, "plain"))
     msg.attach(_text(email.html, "html"))
     return msg

@@ -126,6 +126,8 @@ class ResendProvider:
                     # delivery of a send whose sender died before it learnt the answer
                     # (docs/operations.md "Delivery guarantees").
                     "tags": [{"name": KEY_TAG, "value": idempotency_key}],
+                    # Resend's `headers` object: custom header fields (RFC 8058's pair).
+                    **({"headers": dict(email.headers)} if email.headers else {}),
                 },
                 headers={
                     "Authorization": f"Bearer {self._api_key}",

@@ -52,7 +52,7 @@ from sender.providers.resend import parse_retry_after
 
 if TYPE_CHECKING:
     from mypy_boto3_sesv2.client import SESV2Client
-    from mypy_boto3_sesv2.type_defs import SendEmailRequestTypeDef
+    from mypy_boto3_sesv2.type_defs import MessageHeaderTypeDef, SendEmailRequestTypeDef
 
 
 #: Rate limits: the message was not taken; a later call may succeed.
@@ -98,6 +98,8 @@ def build_send_email_request(
     RFC 2047 encoding by the caller; the key goes in `X-Entity-Ref-ID` and the
     `idempotency_key` tag (see the module docstring).
     """
+    headers: list[MessageHeaderTypeDef] = [{"Name": KEY_HEADER, "Value": idempotency_key}]
+    headers += [{"Name": name, "Value": value} for name, value in email.headers]
     request: SendEmailRequestTypeDef = {
         "FromEmailAddress": email.sender,
         "Destination": {"ToAddresses": [email.to]},
@@ -108,7 +110,7 @@ def build_send_email_request(
                     "Text": {"Data": email.text, "Charset": "UTF-8"},
                     "Html": {"Data": email.html, "Charset": "UTF-8"},
                 },
-                "Headers": [{"Name": KEY_HEADER, "Value": idempotency_key}],
+                "Headers": headers,
             }
         },
         "EmailTags": [{"Name": KEY_TAG, "Value": tag_value(idempotency_key)}],

@@ -12,6 +12,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from reminder_core.domain.retry import RetryPolicy
+from reminder_core.links import LinkSigner
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import Queue
 from reminder_core.scheduling import ScheduleConfig
@@ -67,6 +68,7 @@ def make_sender(
     retry: RetryPolicy | None = None,
     visibility_timeout_s: float = 30,
     lease_s: float = 60,
+    links: LinkSigner | None = None,
 ) -> Sender:
     """A sender on `queue` calling `provider`, profiles from the settings' file, the
     shipped templates unless `renderer` is given, a 30 s visibility timeout and a 60 s
@@ -86,4 +88,5 @@ def make_sender(
         schedule_config=ScheduleConfig.from_settings(settings),
         retry=retry or RetryPolicy(attempts=1),
         clock=clock or Clock(NOW),
+        links=links,
     )

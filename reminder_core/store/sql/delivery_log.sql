@@ -10,11 +10,16 @@
 -- the functions of migration 0005. Typed wrappers: reminder_core/store/delivery_log.py.
 
 -- name: delivery_list_page
--- Up to :limit delivery rows of one reminder, newest occurrence first, strictly before
--- :before (run_time_utc is unique per reminder, so it is the cursor).
-SELECT run_time_utc, status, provider, attempt_count, error, sent_at, held_until, updated_at
+-- Up to :limit delivery rows of one reminder and of the reminders its snooze links made
+-- (ix_reminders_snoozed_from), newest occurrence first, strictly before :before
+-- (run_time_utc is unique per reminder, so it is the cursor; a snooze at the very instant
+-- of another occurrence of the reminder would share a page boundary with it).
+SELECT reminder_id, run_time_utc, status, provider, attempt_count, error, sent_at,
+       held_until, updated_at
 FROM delivery_log
-WHERE reminder_id = :reminder_id AND run_time_utc < :before
+WHERE (reminder_id = :reminder_id
+       OR reminder_id IN (SELECT id FROM reminders WHERE snoozed_from = :reminder_id))
+  AND run_time_utc < :before
 ORDER BY run_time_utc DESC
 LIMIT :limit;
 

@@ -37,12 +37,12 @@ WHERE user_id = :user_id AND status IN ('pending', 'claimed', 'paused');
 INSERT INTO reminders
     (user_id, title, body, start_local, all_day, timezone, rrule, exdates, dst_nonexistent,
      dst_ambiguous, misfire_policy, max_lateness_s, next_run_utc, status, client_request_id,
-     request_fingerprint, created_at, updated_at)
+     request_fingerprint, snoozed_from, created_at, updated_at)
 VALUES
     (:user_id, :title, :body, :start_local, :all_day, :timezone, :rrule,
      CAST(:exdates AS timestamp[]), :dst_nonexistent, :dst_ambiguous, :misfire_policy,
      :max_lateness_s, :next_run_utc, 'pending', :client_request_id, :request_fingerprint,
-     :now, :now)
+     :snoozed_from, :now, :now)
 ON CONFLICT (user_id, client_request_id) DO NOTHING
 RETURNING *;
 
