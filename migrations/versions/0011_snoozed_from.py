@@ -44,7 +44,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_reminders_snoozed_from", table_name="reminders")
-    op.drop_constraint(
-        op.f("fk_reminders_snoozed_from_reminders"), "reminders", type_="foreignkey"
-    )
+    op.drop_constraint(op.f("fk_reminders_snoozed_from_reminders"), "reminders", type_="foreignkey")
     op.drop_column("reminders", "snoozed_from")
