@@ -34,7 +34,14 @@ from reminder_api.openapi import (
 )
 from reminder_api.overload import LoadShedding
 from reminder_api.ratelimit import RateLimit, policy_of
-from reminder_api.routes import admin, calendar_feed, links, occurrences, reminders
+from reminder_api.routes import (
+    admin,
+    calendar_feed,
+    links,
+    occurrences,
+    reminders,
+    webhook_endpoints,
+)
 from reminder_core.clock import utcnow
 from reminder_core.profiles import ProfileSource
 from reminder_core.scheduling import ScheduleConfig
@@ -112,6 +119,7 @@ def create_app(
     app.include_router(occurrences.router)
     app.include_router(calendar_feed.router)  # the .ics feed and import (issue 17)
     app.include_router(links.router)  # the snooze and stop links of emails (issue 17)
+    app.include_router(webhook_endpoints.router)  # the webhook channel (issue 17)
     app.include_router(admin.router)
     app.include_router(
         build_router(

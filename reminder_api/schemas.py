@@ -137,6 +137,12 @@ class ReminderCreate(ScheduleIn):
         max_length=MAX_REQUEST_ID,
         description="Idempotency key (or send the Idempotency-Key header).",
     )
+    webhook_endpoint_id: uuid.UUID | None = Field(
+        default=None,
+        strict=False,  # a UUID's text, as JSON carries it
+        description="Deliver as a signed HTTP POST to this webhook endpoint of yours"
+        " (POST /v1/webhook-endpoints) instead of by email.",
+    )
 
     @field_validator("title")
     @classmethod
@@ -288,6 +294,12 @@ class ReminderOut(BaseModel):
         default=None,
         description="Why the system paused it (the recipient address is on the suppression"
         " list after a bounce or complaint); null for a pause by the user.",
+    )
+    snoozed_from: uuid.UUID | None = Field(
+        default=None, description="The reminder whose email's snooze link made this one."
+    )
+    webhook_endpoint_id: uuid.UUID | None = Field(
+        default=None, description="The webhook endpoint it is delivered to; null: by email."
     )
     created_at: datetime
     updated_at: datetime

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from reminder_core.destinations import DestinationPolicy, parse_networks
 from reminder_core.errors import ConfigurationError
 
 #: The values EMAIL_PROVIDER and EMAIL_PROVIDER_BACKUP accept.
@@ -412,6 +413,24 @@ class Settings(BaseSettings):
         " next day (the reminder's zone, else the profile's).",
     )
 
+    # --- the webhook channel (docs/design.md, "Webhook channel") ---
+    webhook_channel_allow_http: bool = Field(
+        default=False,
+        description="Accept plain http:// webhook endpoints (https only by default).",
+    )
+    webhook_channel_allow_networks: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Networks (comma-separated CIDRs, e.g. 10.1.0.0/16) webhook endpoints may"
+        " resolve to although not public; empty: only public addresses (no loopback,"
+        " private, link-local such as 169.254.169.254, or reserved ones).",
+    )
+    webhook_channel_timeout_s: float = Field(
+        default=10.0, gt=0, le=120, description="Connect and read timeout of one webhook POST."
+    )
+    webhook_channel_max_endpoints: int = Field(
+        default=20, ge=1, le=1000, description="Webhook endpoints one user may register."
+    )
+
     # --- inbound webhooks (docs/design.md, "Webhooks"; see webhooks/) ---
     webhook_sns_topic_arns: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
@@ -457,12 +476,30 @@ class Settings(BaseSettings):
             raise ValueError("LINK_SECRET must be at least 32 bytes (RFC 7518 §3.2)")
         return self
 
+    @field_validator("webhook_channel_allow_networks")
+    @classmethod
+    def _check_networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        parse_networks(value)  # ValueError names the bad one
+        return value
+
+    def destination_policy(self) -> DestinationPolicy:
+        """The SSRF policy of the webhook channel (reminder_core.destinations)."""
+        return DestinationPolicy(
+            allow_http=self.webhook_channel_allow_http,
+            allow_networks=parse_networks(self.webhook_channel_allow_networks),
+        )
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper_log_level(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("webhook_sns_topic_arns", "alert_worker_roles", mode="before")
+    @field_validator(
+        "webhook_sns_topic_arns",
+        "alert_worker_roles",
+        "webhook_channel_allow_networks",
+        mode="before",
+    )
     @classmethod
     def _split_comma_list(cls, value: object) -> object:
         if isinstance(value, str):

@@ -152,8 +152,11 @@ class Begin:
             found = {r.id: r for r in reminders.get_many_for_send(conn, ids)}
             blocked = refusals(conn, {p.email for _, p in live if p is not None})
             for r, profile in live:
-                refusal = blocked.get(profile.email) if profile is not None else None
-                self._decide(batch, r, found.get(r.occurrence.reminder_id), profile, refusal)
+                reminder = found.get(r.occurrence.reminder_id)
+                # The suppression list is of email addresses: a webhook delivery has none.
+                by_email = reminder is None or reminder.webhook_url is None
+                refusal = blocked.get(profile.email) if profile is not None and by_email else None
+                self._decide(batch, r, reminder, profile, refusal)
             self._record_terminal(batch)
             self._record_paused(batch)
             reminders.hold_many(conn, batch.holds)

@@ -24,6 +24,7 @@ from reminder_core.logging import delivery_fields
 from reminder_core.metrics import POSSIBLE_DUPLICATES, SENDS_RECOVERED
 from reminder_core.store import delivery_log
 from sender.providers.base import ChoosingProvider, OutgoingEmail, Provider, SendReceipt
+from sender.providers.webhook import WebhookChannel, WebhookDelivery
 from sender.recheck import Recheck
 from sender.render import Renderer
 from sender.work import Begun, Outcome, SendResult, ShutdownRequested, log
@@ -76,8 +77,10 @@ class Executor:
         recheck_interval_s: float,
         name: str = "sender",
         links: LinkSigner | None = None,
+        webhooks: WebhookChannel | None = None,
     ) -> None:
         self._links = links
+        self._webhooks = webhooks
         self._engine = engine
         self._provider = provider
         self._failover = provider if isinstance(provider, ChoosingProvider) else None
@@ -138,8 +141,13 @@ class Executor:
             return SendResult(begun, Outcome.RELEASED, hide_for_s=0.0, withdrawn=True)
         attempt = _Attempt(begun)
         try:
-            email = self._email(attempt)
-            receipt = self._call(attempt, email)
+            if begun.reminder.webhook_url is not None:
+                receipt = self._call(attempt, self._webhook_call(attempt))
+            else:
+                email = self._email(attempt)
+                receipt = self._call(
+                    attempt, lambda key: self._provider.send(email, idempotency_key=key)
+                )
         except (TransientDeliveryError, InfrastructureError) as exc:
             return self._to_retry(attempt, exc)
         except ShutdownRequested:
@@ -236,8 +244,41 @@ class Executor:
             text=rendered.text, html=rendered.html, headers=headers,
         )  # fmt: skip
 
-    def _call(self, attempt: _Attempt, email: OutgoingEmail) -> SendReceipt:
-        """Call the provider, retrying transient errors in process.
+    def _webhook_call(self, attempt: _Attempt) -> Callable[[str], SendReceipt]:
+        """The POST of a reminder of the webhook channel, as `_call` makes it.
+
+        Raises:
+            PermanentDeliveryError: no webhook channel in this sender, or no zone.
+        """
+        begun = attempt.begun
+        reminder = begun.reminder
+        if self._webhooks is None:
+            raise PermanentDeliveryError("this sender has no webhook channel")
+        if begun.zone is None:
+            raise PermanentDeliveryError(f"unknown time zone {reminder.timezone!r}")
+        assert reminder.webhook_url is not None  # the caller's test
+        assert reminder.webhook_secret is not None  # NOT NULL with the url
+        attempt.recipient = reminder.webhook_url
+        local = begun.chosen.astimezone(begun.zone)
+        delivery = WebhookDelivery(
+            url=reminder.webhook_url,
+            secret=reminder.webhook_secret,
+            data={
+                "reminder_id": str(reminder.id),
+                "occurrence_utc": begun.chosen.isoformat().replace("+00:00", "Z"),
+                "occurrence_local": local.strftime("%Y-%m-%dT%H:%M:%S"),
+                "timezone": begun.zone.key,
+                "title": reminder.title,
+                "body": reminder.body,
+                "user_id": reminder.user_id,
+            },
+        )
+        webhooks = self._webhooks
+        return lambda key: webhooks.send(delivery, idempotency_key=key, now=self._clock())
+
+    def _call(self, attempt: _Attempt, send: Callable[[str], SendReceipt]) -> SendReceipt:
+        """Call the provider (`send(idempotency_key)`), retrying transient errors in
+        process.
 
         Raises:
             TransientDeliveryError: still failing when the budget ran out.
@@ -253,7 +294,7 @@ class Executor:
         started = time.monotonic()
         try:
             attempt.calls += 1
-            return self._provider.send(email, idempotency_key=begun.key)
+            return send(begun.key)
         except TransientDeliveryError as first:
             failed = [first]
         # The retry loop starts only after a failure (building it costs more than an
@@ -266,7 +307,7 @@ class Executor:
                 if attempt.ambiguous and (evidence := self._evidence(attempt)) is not None:
                     return evidence
                 attempt.calls += 1
-                return self._provider.send(email, idempotency_key=begun.key)
+                return send(begun.key)
         raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
 
     def _possible_duplicate(self, attempt: _Attempt) -> None:
@@ -311,7 +352,15 @@ class Executor:
         return self._failover.pinned_provider(begun.key) if self._failover is not None else None
 
     def _provider_of(self, attempt: _Attempt) -> str:
+        if attempt.begun.reminder.webhook_url is not None:
+            return WebhookChannel.name
         return self._pinned_now(attempt.begun) or self._provider.name
+
+    def _failed_provider(self, attempt: _Attempt) -> str | None:
+        """The provider of an attempt with no receipt: the webhook channel's name for a
+        webhook delivery (its metrics and failures are its own), else None (the settle
+        stage names the sender's provider)."""
+        return WebhookChannel.name if attempt.begun.reminder.webhook_url is not None else None
 
     def _pin(self, attempt: _Attempt) -> None:
         """Record on the delivery row the provider that an ambiguous attempt may have
@@ -357,7 +406,7 @@ class Executor:
         return SendResult(
             attempt.begun, outcome, attempts=attempt.calls, receipt=receipt,
             recipient=attempt.recipient, sent_at=sent_at, error=error, hide_for_s=hide_for_s,
-            provider=receipt.provider if receipt else None,
+            provider=receipt.provider if receipt else self._failed_provider(attempt),
             pinned=self._pinned_now(attempt.begun),
         )  # fmt: skip
 

@@ -13,6 +13,7 @@ from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers import FileSinkProvider, Provider
 from sender.providers.instrumented import InstrumentedProvider
+from sender.providers.webhook import WebhookChannel
 from sender.render import Renderer
 from sender.service import Sender
 
@@ -89,6 +90,7 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
         owns_provider=True,
         coalesce_s=s.sender_coalesce_s,
         links=LinkSigner.from_settings(s),
+        webhooks=WebhookChannel(s.destination_policy(), timeout_s=s.webhook_channel_timeout_s),
     )
 
 

@@ -28,6 +28,7 @@ from sender.execute import Executor
 from sender.finish import finish_batch
 from sender.heartbeat import Heartbeat
 from sender.providers.base import Provider, close_provider
+from sender.providers.webhook import WebhookChannel
 from sender.receive import Receiver, decode_batch
 from sender.render import Renderer
 from sender.settle import settle
@@ -72,6 +73,8 @@ class Sender:
         coalesce_s: an idle sender on the PostgreSQL queue wakes this long after the next
             message becomes visible (`wait_for_work`).
         links: signs each email's snooze and stop links (None: emails carry none).
+        webhooks: delivers the reminders of the webhook channel (None: such a reminder
+            fails permanently).
     """
 
     name = "sender"
@@ -99,6 +102,7 @@ class Sender:
         owns_provider: bool = False,
         coalesce_s: float = 0.05,
         links: LinkSigner | None = None,
+        webhooks: WebhookChannel | None = None,
     ) -> None:
         retry = retry or RetryPolicy()
         self.coalesce_s = coalesce_s
@@ -106,6 +110,7 @@ class Sender:
         self._queue = queue
         self._provider = provider
         self._owns_provider = owns_provider
+        self._webhooks = webhooks
         self._stop = stop or threading.Event()
         self._clock = clock
         self.schedule_config = schedule_config
@@ -118,7 +123,7 @@ class Sender:
         self.executor = Executor(
             engine, provider, renderer, mail_from=mail_from, retry=retry, stop=self._stop,
             concurrency=concurrency, clock=clock, recheck_interval_s=recheck_interval_s,
-            links=links,
+            links=links, webhooks=webhooks,
         )  # fmt: skip
         self.completer = Completer(
             engine, flush_interval_s=flush_interval_s, flush_max=flush_max, clock=clock,
@@ -219,3 +224,5 @@ class Sender:
         self.completer.close()
         if self._owns_provider:
             close_provider(self._provider)
+            if self._webhooks is not None:
+                self._webhooks.close()

@@ -35,7 +35,14 @@ from tests.support.workloads import create_template, drop_database, fresh_databa
 TABLES = ("delivery_log", "outbox", "queue_messages", "reminders")
 # Emptied before each test too, but not counted by table_counts (whose answers tests
 # compare whole).
-OTHER_TABLES = ("suppressions", "webhook_events", "worker_heartbeats", "rate_limits")
+OTHER_TABLES = (
+    "suppressions",
+    "webhook_events",
+    "worker_heartbeats",
+    "rate_limits",
+    "calendar_feeds",
+    "webhook_endpoints",
+)
 JWT_SECRET = "test-secret-" + "x" * 40
 
 

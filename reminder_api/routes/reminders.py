@@ -50,7 +50,7 @@ from reminder_core.quotas import Quotas
 from reminder_core.scheduling import schedule_of, stored_of, zone_for
 from reminder_core.services import reminders as services
 from reminder_core.services.reminders import LIVE, ReminderContent, ReminderDraft, ReminderEdit
-from reminder_core.store import delivery_log
+from reminder_core.store import delivery_log, webhook_endpoints
 from reminder_core.store import reminders as store
 from reminder_core.store.reminders import ReminderRecord
 
@@ -80,6 +80,8 @@ def to_out(r: ReminderRecord) -> ReminderOut:
         client_request_id=r.client_request_id,
         last_error=r.last_error,
         paused_reason=r.paused_reason,
+        snoozed_from=r.snoozed_from,
+        webhook_endpoint_id=r.webhook_endpoint_id,
         created_at=r.created_at,
         updated_at=r.updated_at,
     )
@@ -91,7 +93,9 @@ def etag(r: ReminderRecord) -> str:
 
 def fingerprint(payload: ReminderCreate) -> str:
     """Hash of the request body without its idempotency key (same key + other body → 409)."""
-    canonical = json.dumps(payload.model_dump(exclude={"client_request_id"}), sort_keys=True)
+    canonical = json.dumps(
+        payload.model_dump(mode="json", exclude={"client_request_id"}), sort_keys=True
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -253,6 +257,11 @@ def create_reminder(
         profile = require_profile(ctx, user_id)
         zone = zone_for(payload.timezone, profile)
         assert zone is not None  # a profile always has a zone
+        if payload.webhook_endpoint_id is not None and (
+            webhook_endpoints.get(conn, user_id=user_id, endpoint_id=payload.webhook_endpoint_id)
+            is None
+        ):
+            raise InvalidInput("webhook_endpoint_id", "no webhook endpoint of yours has this id")
         draft = ReminderDraft(
             user_id=user_id,
             content=ReminderContent(
@@ -265,6 +274,7 @@ def create_reminder(
             ),
             client_request_id=key,
             request_fingerprint=digest,
+            webhook_endpoint_id=payload.webhook_endpoint_id,
         )
         created = services.create(
             conn,

@@ -105,6 +105,11 @@ class Reminder(Base):
     snoozed_from: Mapped[uuid.UUID | None] = mapped_column(
         UUID, ForeignKey("reminders.id", ondelete="SET NULL")
     )
+    # Delivered to this webhook endpoint instead of by email (docs/design.md, "Webhook
+    # channel"); NULL: email. An endpoint deleted later leaves NULL: email again.
+    webhook_endpoint_id: Mapped[uuid.UUID | None] = mapped_column(
+        UUID, ForeignKey("webhook_endpoints.id", ondelete="SET NULL")
+    )
 
     __table_args__ = (
         CheckConstraint(_in("status", [s.value for s in ReminderStatus]), name="status"),
@@ -395,4 +400,23 @@ class CalendarFeed(Base):
 
     __table_args__ = (
         CheckConstraint("octet_length(secret_sha256) = 32", name="secret_sha256_length"),
+    )
+
+
+class WebhookEndpoint(Base):
+    """A URL a user registered for the webhook channel, and its Standard Webhooks
+    signing secret (`whsec_<base64>`), written by `reminder_core.store.webhook_endpoints`
+    (docs/design.md, "Webhook channel")."""
+
+    __tablename__ = "webhook_endpoints"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True, server_default=UUIDV7)
+    user_id: Mapped[str] = mapped_column(Text)
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=NOW)
+
+    __table_args__ = (
+        CheckConstraint("char_length(url) <= 2000", name="url_length"),
+        Index("ix_webhook_endpoints_user", "user_id", "created_at"),
     )

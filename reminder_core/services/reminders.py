@@ -84,6 +84,7 @@ class ReminderDraft:
     client_request_id: str | None
     request_fingerprint: str
     snoozed_from: uuid.UUID | None = None  # a snooze link of that reminder made it
+    webhook_endpoint_id: uuid.UUID | None = None  # the webhook channel (None: email)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,7 @@ def create(
         client_request_id=draft.client_request_id,
         request_fingerprint=draft.request_fingerprint,
         snoozed_from=draft.snoozed_from,
+        webhook_endpoint_id=draft.webhook_endpoint_id,
     )
     created = store.insert(conn, new, now=now)
     if created is not None:

@@ -63,6 +63,7 @@ class ReminderRecord:
     count_progress: CountProgress | None
     held_until: datetime | None = None  # quiet hours held the claim until then
     snoozed_from: uuid.UUID | None = None  # made by a snooze link of that reminder
+    webhook_endpoint_id: uuid.UUID | None = None  # the webhook channel (None: email)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,7 @@ class NewReminder:
     client_request_id: str | None
     request_fingerprint: str
     snoozed_from: uuid.UUID | None = None  # made by a snooze link of that reminder
+    webhook_endpoint_id: uuid.UUID | None = None  # the webhook channel (None: email)
 
 
 #: Before every cursor: the first page of `list_page`.
@@ -395,6 +397,8 @@ class ReminderForSend:
     paused_reason: str | None
     suppressed_address: str | None
     held_until: datetime | None = None  # quiet hours held the claim until then (aware UTC)
+    webhook_url: str | None = None  # the webhook channel's endpoint (None: email)
+    webhook_secret: str | None = None  # its whsec_ signing secret
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, Provider, SendReceipt
 from sender.providers.file_sink import FileSinkProvider
+from sender.providers.webhook import WebhookChannel
 from sender.render import Renderer
 from sender.service import Sender
 
@@ -69,6 +70,7 @@ def make_sender(
     visibility_timeout_s: float = 30,
     lease_s: float = 60,
     links: LinkSigner | None = None,
+    webhooks: WebhookChannel | None = None,
 ) -> Sender:
     """A sender on `queue` calling `provider`, profiles from the settings' file, the
     shipped templates unless `renderer` is given, a 30 s visibility timeout and a 60 s
@@ -89,4 +91,5 @@ def make_sender(
         retry=retry or RetryPolicy(attempts=1),
         clock=clock or Clock(NOW),
         links=links,
+        webhooks=webhooks,
     )

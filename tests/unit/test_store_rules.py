@@ -27,6 +27,7 @@ ENTITY = {
     "worker_heartbeats": "worker_heartbeat",
     "calendar_feeds": "calendar_feed",
     "rate_limits": "rate_limit",
+    "webhook_endpoints": "webhook_endpoint",
     "transaction": "transaction",
 }
 

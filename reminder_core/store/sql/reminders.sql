@@ -37,12 +37,12 @@ WHERE user_id = :user_id AND status IN ('pending', 'claimed', 'paused');
 INSERT INTO reminders
     (user_id, title, body, start_local, all_day, timezone, rrule, exdates, dst_nonexistent,
      dst_ambiguous, misfire_policy, max_lateness_s, next_run_utc, status, client_request_id,
-     request_fingerprint, snoozed_from, created_at, updated_at)
+     request_fingerprint, snoozed_from, webhook_endpoint_id, created_at, updated_at)
 VALUES
     (:user_id, :title, :body, :start_local, :all_day, :timezone, :rrule,
      CAST(:exdates AS timestamp[]), :dst_nonexistent, :dst_ambiguous, :misfire_policy,
      :max_lateness_s, :next_run_utc, 'pending', :client_request_id, :request_fingerprint,
-     :snoozed_from, :now, :now)
+     :snoozed_from, :webhook_endpoint_id, :now, :now)
 ON CONFLICT (user_id, client_request_id) DO NOTHING
 RETURNING *;
 
@@ -72,6 +72,7 @@ SET title = :title,
     dst_ambiguous = :dst_ambiguous,
     misfire_policy = :misfire_policy,
     max_lateness_s = :max_lateness_s,
+    webhook_endpoint_id = :webhook_endpoint_id,
     next_run_utc = :next_run_utc,
     status = :status,
     claimed_by = :claimed_by,
@@ -192,11 +193,14 @@ RETURNING r.id, r.next_run_utc;
 SELECT timezone FROM reminders WHERE id = :reminder_id;
 
 -- name: reminder_get_many_for_send
-SELECT id, user_id, title, body, template, timezone, rrule, status, next_run_utc,
-       start_local, all_day, exdates, dst_nonexistent, dst_ambiguous, misfire_policy,
-       max_lateness_s, paused_reason, suppressed_address, held_until
-FROM reminders
-WHERE id = ANY(CAST(:ids AS uuid[]));
+-- With the webhook endpoint of a reminder of the webhook channel (NULLs: email).
+SELECT r.id, r.user_id, r.title, r.body, r.template, r.timezone, r.rrule, r.status,
+       r.next_run_utc, r.start_local, r.all_day, r.exdates, r.dst_nonexistent,
+       r.dst_ambiguous, r.misfire_policy, r.max_lateness_s, r.paused_reason,
+       r.suppressed_address, r.held_until, w.url AS webhook_url, w.secret AS webhook_secret
+FROM reminders AS r
+LEFT JOIN webhook_endpoints AS w ON w.id = r.webhook_endpoint_id
+WHERE r.id = ANY(CAST(:ids AS uuid[]));
 
 -- name: reminder_hold_many
 -- Record that each claimed occurrence in :rows (reminder_id, run_time_utc, held_until) is

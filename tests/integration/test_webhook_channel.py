@@ -1,0 +1,279 @@
+"""The webhook channel (issue 17): endpoints registered over the API, reminders delivered
+by the real coordinator, queue and sender as signed POSTs to a local receiver that
+verifies them with the `svix` library; the SSRF guard at registration and at send time.
+
+Refused destinations follow the IANA special-purpose address registries as Python's
+`ipaddress.is_global` reads them (RFC 6890): 127.0.0.0/8 loopback, 10/8 private (RFC
+1918), 169.254/16 link-local (RFC 3927; the cloud metadata address 169.254.169.254),
+::1, and IPv4-mapped forms of those (RFC 4291 §2.5.5.2).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, text
+
+from coordinator.service import Coordinator
+from reminder_core.clock import utcnow
+from reminder_core.destinations import DestinationPolicy, parse_networks
+from reminder_core.queue import PostgresQueue
+from reminder_core.settings import Settings
+from reminder_core.store import webhook_endpoints
+from sender.providers.webhook import WebhookChannel
+from tests.integration.api_support import URL, Clock, TokenFor, bearer, build_app
+from tests.integration.test_api import assert_problem
+from tests.support.sending import CountingProvider, make_sender
+from tests.support.webhook_receiver import Receiver, running_receiver
+
+LOCAL = DestinationPolicy(allow_http=True, allow_networks=parse_networks(["127.0.0.1/32"]))
+
+
+@pytest.fixture
+def local_settings(settings: Settings) -> Settings:
+    """A test receiver on 127.0.0.1 over http: allowed explicitly, as an operator would."""
+    return settings.model_copy(
+        update={"webhook_channel_allow_http": True,
+                "webhook_channel_allow_networks": ("127.0.0.1/32",)}
+    )  # fmt: skip
+
+
+@pytest.fixture
+def now_clock() -> Clock:
+    # Real time: the receiver checks webhook-timestamp within svix's 5-minute tolerance.
+    return Clock(utcnow())
+
+
+@pytest.fixture
+def api(db: Engine, local_settings: Settings, now_clock: Clock) -> Iterator[TestClient]:
+    with TestClient(build_app(local_settings, db, now_clock)) as c:
+        yield c
+
+
+def register(api: TestClient, headers: dict[str, str], url: str) -> dict[str, str]:
+    resp = api.post("/v1/webhook-endpoints", json={"url": url}, headers=headers)
+    assert resp.status_code == 201, resp.text
+    body: dict[str, str] = resp.json()
+    return body
+
+
+def deliver(db: Engine, queue: PostgresQueue, settings: Settings, at: datetime,
+            channel: WebhookChannel) -> dict[str, int]:  # fmt: skip
+    Coordinator(db, queue, lookahead_s=0, batch_size=100, worker_id="c").run_once(at)
+    sender = make_sender(
+        db, queue, settings, CountingProvider(settings.effective_mail_dir), utcnow,
+        webhooks=channel,
+    )  # fmt: skip
+    try:
+        return sender.run_once(at).counts
+    finally:
+        sender.close()
+
+
+def webhook_reminder(api: TestClient, headers: dict[str, str], endpoint_id: str, due: datetime,
+                     title: str = "Water the plants") -> str:  # fmt: skip
+    resp = api.post(
+        URL,
+        json={"title": title, "start_local": f"{due:%Y-%m-%dT%H:%M:%S}", "timezone": "UTC",
+              "webhook_endpoint_id": endpoint_id},
+        headers=headers,
+    )  # fmt: skip
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["webhook_endpoint_id"] == endpoint_id
+    return str(resp.json()["id"])
+
+
+def test_a_webhook_reminder_is_posted_once_signed_and_verified(
+    api: TestClient, db: Engine, queue: PostgresQueue, local_settings: Settings,
+    now_clock: Clock, token_for: TokenFor,
+) -> None:  # fmt: skip
+    headers = bearer(token_for("alice"))
+    due = (now_clock.now + timedelta(seconds=2)).replace(microsecond=0)
+    with running_receiver("whsec_" + base64.b64encode(b"x" * 32).decode()) as placeholder:
+        endpoint = register(api, headers, placeholder.url)
+    assert re.fullmatch(r"whsec_[A-Za-z0-9+/]+={0,2}", endpoint["secret"])
+    with running_receiver(endpoint["secret"]) as receiver:
+        with db.begin() as conn:  # the receiver's port, under the same endpoint id
+            conn.execute(text("UPDATE webhook_endpoints SET url = :u WHERE id = :i"),
+                         {"u": receiver.url, "i": endpoint["id"]})  # fmt: skip
+        rid = webhook_reminder(api, headers, endpoint["id"], due)
+        channel = WebhookChannel(LOCAL)
+        try:
+            assert deliver(db, queue, local_settings, due + timedelta(seconds=1), channel) == {
+                "sent": 1
+            }
+        finally:
+            channel.close()
+        got = receiver.received
+    key = f"{rid}-{due:%Y%m%dT%H%M%SZ}"
+    assert [(h["webhook-id"], ok) for h, _, ok in got.requests] == [(key, True)]
+    event = got.accepted[key]
+    assert event["type"] == "reminder.due"
+    assert event["data"]["title"] == "Water the plants"
+    assert event["data"]["occurrence_utc"] == f"{due:%Y-%m-%dT%H:%M:%S}Z"
+    with db.connect() as conn:
+        row = conn.execute(
+            text("SELECT status, provider, provider_message_id, recipient FROM delivery_log")
+        ).one()
+    assert tuple(row) == ("sent", "webhook", key, receiver.url)
+
+
+def test_retry_after_is_honoured_and_the_same_webhook_id_is_resent(
+    api: TestClient, db: Engine, queue: PostgresQueue, local_settings: Settings,
+    now_clock: Clock, token_for: TokenFor,
+) -> None:  # fmt: skip
+    headers = bearer(token_for("alice"))
+    due = (now_clock.now + timedelta(seconds=2)).replace(microsecond=0)
+    secret = "whsec_" + base64.b64encode(b"s" * 32).decode()
+    with running_receiver(secret) as receiver:
+        with db.begin() as conn:
+            endpoint = webhook_endpoints.insert(
+                conn, user_id="alice", url=receiver.url, secret=secret, now=now_clock.now,
+                max_per_user=20,
+            )  # fmt: skip
+        assert endpoint is not None
+        webhook_reminder(api, headers, str(endpoint.id), due)
+        receiver.script = [(503, {"Retry-After": "7"})]
+        channel = WebhookChannel(LOCAL)
+        try:
+            before = utcnow()
+            first = deliver(db, queue, local_settings, due + timedelta(seconds=1), channel)
+            assert first == {"retry": 1}
+            with db.connect() as conn:
+                visible_at = conn.execute(
+                    text("SELECT visible_at FROM queue_messages")
+                ).scalar_one()
+            assert visible_at >= before + timedelta(seconds=7)  # Retry-After: 7 s
+            assert deliver(db, queue, local_settings, visible_at, channel) == {"sent": 1}
+        finally:
+            channel.close()
+        ids = [h["webhook-id"] for h, _, _ in receiver.received.requests]
+    assert len(ids) == 2
+    assert ids[0] == ids[1]  # the receiver deduplicates on it
+    assert len(receiver.received.accepted) == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://127.0.0.1/hook",
+        "https://169.254.169.254/latest/meta-data/",
+        "https://10.0.0.5/hook",
+        "https://[::1]/hook",
+        "https://[::ffff:127.0.0.1]/hook",
+        "https://localhost/hook",  # a name that resolves to a loopback address
+        "http://93.184.215.14/hook",  # plain http, not allowed by default
+        "https://user:pw@93.184.215.14/hook",
+        "ftp://93.184.215.14/hook",
+        "https://",
+    ],
+)
+def test_registration_refuses_ssrf_destinations(
+    client: TestClient, db: Engine, token_for: TokenFor, url: str
+) -> None:
+    resp = client.post("/v1/webhook-endpoints", json={"url": url},
+                       headers=bearer(token_for("alice")))  # fmt: skip
+    assert_problem(resp, 422, "url")
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM webhook_endpoints")).scalar_one() == 0
+
+
+def test_a_reminder_may_only_name_its_own_endpoint(
+    client: TestClient, db: Engine, token_for: TokenFor
+) -> None:
+    with db.begin() as conn:
+        bobs = webhook_endpoints.insert(
+            conn, user_id="bob", url="https://93.184.215.14/h", secret="whsec_AAAA",
+            now=datetime.now(UTC), max_per_user=20,
+        )  # fmt: skip
+    assert bobs is not None
+    for endpoint_id in (str(bobs.id), str(uuid.uuid4())):
+        resp = client.post(
+            URL,
+            json={"title": "x", "start_local": "2030-07-01T09:00", "timezone": "UTC",
+                  "webhook_endpoint_id": endpoint_id},
+            headers=bearer(token_for("alice")),
+        )  # fmt: skip
+        assert_problem(resp, 422, "webhook_endpoint_id")
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 0
+
+
+def test_send_time_recheck_after_dns_and_no_redirects(
+    api: TestClient, db: Engine, queue: PostgresQueue, local_settings: Settings,
+    now_clock: Clock, token_for: TokenFor,
+) -> None:  # fmt: skip
+    headers = bearer(token_for("alice"))
+    secret = "whsec_" + base64.b64encode(b"r" * 32).decode()
+    with running_receiver(secret) as receiver:
+        port = receiver.server_address[1]
+        with db.begin() as conn:
+            rebinding = webhook_endpoints.insert(
+                conn, user_id="alice", url=f"http://hooks.example.test:{port}/h", secret=secret,
+                now=now_clock.now, max_per_user=20,
+            )  # fmt: skip
+            redirecting = webhook_endpoints.insert(
+                conn, user_id="alice", url=receiver.url, secret=secret, now=now_clock.now,
+                max_per_user=20,
+            )  # fmt: skip
+        assert rebinding is not None
+        assert redirecting is not None
+        due = (now_clock.now + timedelta(seconds=2)).replace(microsecond=0)
+        webhook_reminder(api, headers, str(rebinding.id), due, title="Rebound")
+        webhook_reminder(api, headers, str(redirecting.id), due, title="Redirected")
+        receiver.script = [(302, {"Location": "http://169.254.169.254/latest/meta-data/"})]
+        # The name now resolves to the metadata address (a DNS rebinding after
+        # registration): refused at send time, nothing sent there.
+        channel = WebhookChannel(LOCAL, resolve=lambda _host, _port: ["169.254.169.254"])
+        try:
+            counts = deliver(db, queue, local_settings, due + timedelta(seconds=1), channel)
+        finally:
+            channel.close()
+        requests = receiver.received.requests
+    assert counts == {"failed": 2}
+    assert len(requests) == 1  # the redirect's; not followed anywhere
+    with db.connect() as conn:
+        errors = dict(
+            conn.execute(
+                text("SELECT r.title, d.error FROM delivery_log d JOIN reminders r"
+                     " ON r.id = d.reminder_id")
+            ).all()
+        )  # fmt: skip
+    assert "resolves to 169.254.169.254" in errors["Rebound"]
+    assert "redirect 302 refused" in errors["Redirected"]
+
+
+def test_endpoints_list_and_delete(api: TestClient, token_for: TokenFor) -> None:
+    headers = bearer(token_for("alice"))
+    made = register(api, headers, "http://127.0.0.1:9/h")
+    listed = api.get("/v1/webhook-endpoints", headers=headers)
+    assert [e["id"] for e in listed.json()] == [made["id"]]
+    assert api.get("/v1/webhook-endpoints", headers=bearer(token_for("bob"))).json() == []
+    assert api.delete(f"/v1/webhook-endpoints/{made['id']}",
+                      headers=bearer(token_for("bob"))).status_code == 404  # fmt: skip
+    assert api.delete(f"/v1/webhook-endpoints/{made['id']}", headers=headers).status_code == 204
+    assert api.get("/v1/webhook-endpoints", headers=headers).json() == []
+
+
+def test_receiver_rejects_a_bad_signature(now_clock: Clock) -> None:
+    # The receiver itself can fail: a request signed with another secret is refused.
+    import httpx
+
+    good = "whsec_" + base64.b64encode(b"g" * 32).decode()
+    with running_receiver(good) as receiver:
+        resp = httpx.post(
+            receiver.url, content=b"{}", trust_env=False,
+            headers={"webhook-id": "x", "webhook-timestamp": str(int(now_clock.now.timestamp())),
+                     "webhook-signature": "v1,AAAA"},
+        )  # fmt: skip
+    assert resp.status_code == 401
+    assert receiver.received.requests[0][2] is False
+
+
+_ = Receiver  # re-exported type for readers of this module
