@@ -258,6 +258,10 @@ def _zone_name(tz: tzinfo | None, params: dict[str, str]) -> str | None:
     not follow the IANA changes a reminder lives through).
     """
     if tz is None:
+        if params.get("TZID"):  # icalendar leaves a TZID it cannot resolve floating
+            raise _Refused(
+                "DTSTART", f"TZID {params['TZID']!r} is not an IANA zone name this engine knows"
+            )
         return None
     key = getattr(tz, "key", None)
     if isinstance(key, str):

@@ -60,6 +60,7 @@ from reminder_core.profiles import (
     ProfileSource,
     profile_quiet_hours,
     profile_zone,
+    usable_email,
 )
 from reminder_core.settings import Settings
 
@@ -117,13 +118,9 @@ def parse_profile(user_id: str, body: bytes) -> Profile:
     if not isinstance(data, dict):
         raise InfrastructureError(f"profile of {user_id!r}: body is not a JSON object")
     email = data.get("email")
-    if (
-        not isinstance(email, str)
-        or "@" not in email
-        or email != email.strip()
-        or any(ord(c) < 0x20 or ord(c) == 0x7F for c in email)
-    ):
+    if not usable_email(email):
         raise InfrastructureError(f"profile of {user_id!r}: missing or unusable email")
+    assert isinstance(email, str)
     return Profile(
         user_id=user_id,
         email=email,

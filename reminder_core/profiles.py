@@ -67,8 +67,9 @@ class LocalProfileSource:
     def get(self, user_id: str) -> Profile | None:
         """Raises:
         InfrastructureError: the file cannot be read or is not a JSON object.
-        ProfileDataError: the user's `timezone` is not a known IANA zone name, or their
-            `quiet_hours` are not of the documented shape.
+        ProfileDataError: the user's `email` is not usable (`usable_email`), their
+            `timezone` is not a known IANA zone name, or their `quiet_hours` are not of
+            the documented shape.
         """
         with self._lock:
             self._refresh()
@@ -76,6 +77,12 @@ class LocalProfileSource:
         if entry is None:
             return None
         email, zone, quiet = entry
+        if not usable_email(email):
+            raise ProfileDataError(
+                f"profile of {user_id!r}: unusable email",
+                detail="the user's profile has no usable email address: the profile must be"
+                " fixed",
+            )
         return Profile(
             user_id=user_id,
             email=email,
@@ -106,6 +113,19 @@ class LocalProfileSource:
                     entry.get("quiet_hours"),
                 )
         self._entries, self._mtime_ns = entries, mtime_ns
+
+
+def usable_email(email: object) -> bool:
+    """True for an address a provider can be given: a string with an "@", no spaces and
+    no control characters (no CR/LF to inject header fields); the rest of RFC 5321 is
+    the provider's to check. The same rule for every profile source."""
+    return (
+        isinstance(email, str)
+        and "@" in email
+        and email == email.strip()
+        and " " not in email
+        and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in email)
+    )
 
 
 def profile_zone(user_id: str, zone: object) -> str:

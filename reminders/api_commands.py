@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
+from urllib.parse import urlsplit
 
 import typer
 
@@ -157,7 +158,11 @@ def api(api_url: str | None, token: str | None = None) -> Iterator[ReminderClien
             " `reminders token --user ID`)",
             EXIT_USAGE,
         )
-    client = ReminderClient(api_url or saved.get("api_url") or DEFAULT_API_URL, token.strip())
+    url = api_url or saved.get("api_url") or DEFAULT_API_URL
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise fail(f"--api-url {url!r} is not an http(s) URL, e.g. {DEFAULT_API_URL}", EXIT_USAGE)
+    client = ReminderClient(url, token.strip())
     try:
         yield client
     except ApiError as exc:
@@ -368,6 +373,8 @@ def list_(
 ) -> None:
     """List your reminders, newest first (GET /v1/reminders). The API has no text search:
     filter by --status."""
+    if all_pages and cursor is not None:
+        raise fail("--cursor and --all exclude each other (--all reads every page)", EXIT_USAGE)
     with api(api_url) as client:
         if all_pages:
             items, next_cursor = list(client.iter_all(status=status or ())), None
@@ -490,8 +497,10 @@ def preview(
 ) -> None:
     """The next occurrences of a saved reminder (GET /v1/reminders/{id}/occurrences), or
     of a schedule that is not saved (--at ..., POST /v1/occurrences:preview)."""
-    if (reminder_id is None) == (start is None):
+    if reminder_id is not None and start is not None:
         raise fail("give a reminder id or --at (a schedule to preview), not both", EXIT_USAGE)
+    if reminder_id is None and start is None:
+        raise fail("give a reminder id, or --at (a schedule to preview)", EXIT_USAGE)
     if reminder_id is not None and from_ is not None:
         raise fail("--from previews an unsaved schedule (--at) only", EXIT_USAGE)
     schedule = _schedule(start, timezone, rrule, exdate, all_day, dst) if start else None

@@ -182,3 +182,20 @@ def test_a_database_never_migrated_is_one_line_and_exit_2(
     with fresh_database(admin_url, "reminders_unmigrated") as (url, _):
         result = run(command, {"DATABASE_URL": url, **JWT}, tmp_path)
     assert_one_error(result, 2, f'relation "{table}" does not exist', "run `reminders migrate`")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        # Found by a new user's trial (each exited 0 or 3, or said "not both" for neither).
+        (["preview"], "give a reminder id, or --at"),
+        (["list", "--cursor", "x", "--all"], "--cursor and --all exclude each other"),
+        (["list", "--api-url", "notaurl"], "is not an http(s) URL"),
+    ],
+)
+def test_client_usage_errors_are_one_line_and_exit_2(
+    args: list[str], needle: str, tmp_path: Path
+) -> None:
+    result = run(["reminders", *args], {"REMINDERS_TOKEN": "a.b.c"}, tmp_path)
+
+    assert_one_error(result, 2, needle)

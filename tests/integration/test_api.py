@@ -214,6 +214,29 @@ def test_user_without_profile_is_refused_even_with_a_timezone(
     assert reminder_count(db) == 0
 
 
+@pytest.mark.parametrize("email", ["not an email", "a@example.com\r\nBcc: evil@example.com"])
+def test_profile_with_an_unusable_email_is_503_and_stores_nothing(
+    client: TestClient, db: Engine, settings: Settings, token_for: TokenFor, email: str
+) -> None:
+    # New-user trial: such a profile was accepted (201) and the sender then wrote an .eml
+    # to "not an email", or failed five times with tracebacks on the CR/LF one.
+    # docs/configuration.md, Profile service: no usable email is broken data, 503.
+    profiles = settings.effective_profiles_file
+    data = json.loads(profiles.read_text())
+    data["zoe"] = {"email": email, "timezone": "UTC"}
+    profiles.write_text(json.dumps(data))
+
+    resp = client.post(
+        URL,
+        json={"title": "x", "start_local": "2030-07-01T09:00"},
+        headers=bearer(token_for("zoe")),
+    )
+
+    problem = assert_problem(resp, 503)
+    assert "no usable email" in problem["detail"]
+    assert reminder_count(db) == 0
+
+
 def test_profile_with_an_unknown_zone_is_503_saying_the_profile_is_broken(
     client: TestClient, db: Engine, settings: Settings, token_for: TokenFor
 ) -> None:

@@ -313,6 +313,19 @@ def test_import_with_one_bad_event_stores_nothing(
     assert "RDATE" in problem["errors"][1]["message"]
 
 
+def test_import_refuses_an_unknown_tzid_instead_of_reading_it_floating(
+    client: TestClient, db: Engine, alice: dict[str, str]
+) -> None:
+    # Found by a new user's trial: icalendar leaves an unresolvable TZID's time without a
+    # zone, which read as floating would fire in the profile's zone.
+    ics = vcalendar("UID:mars\r\nDTSTART;TZID=Mars/Base:20300105T090000\r\nSUMMARY:Mars")
+    before = table_counts(db)
+    problem = problem_of(client.post(IMPORT, content=ics, headers=alice | ICS), 422)
+    assert table_counts(db) == before
+    assert problem["errors"][0]["field"] == "events[0]"
+    assert "Mars/Base" in problem["errors"][0]["message"]
+
+
 def test_import_reads_utc_floating_and_all_day_starts(
     client: TestClient, alice: dict[str, str]
 ) -> None:
