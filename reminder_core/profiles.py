@@ -80,8 +80,7 @@ class LocalProfileSource:
         if not usable_email(email):
             raise ProfileDataError(
                 f"profile of {user_id!r}: unusable email",
-                detail="the user's profile has no usable email address: the profile must be"
-                " fixed",
+                detail="the user's profile has no usable email address: the profile must be fixed",
             )
         return Profile(
             user_id=user_id,
