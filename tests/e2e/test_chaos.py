@@ -26,6 +26,7 @@ nothing. The idempotency key is `<reminder_id>-<YYYYMMDDTHHMMSSZ>` (README,
 
 from __future__ import annotations
 
+import base64
 import random
 import time
 from collections.abc import Iterator
@@ -51,6 +52,7 @@ from tests.support.rig import (
     kill_storm,
     report,
 )
+from tests.support.webhook_receiver import running_receiver
 from tests.support.workloads import (
     OwnedPostgres,
     fresh_database,
@@ -133,6 +135,60 @@ def test_kill_9_chaos_loses_nothing_and_duplicates_nothing(rig: Rig) -> None:
         queue_messages_published=final.messages_published,
         dead_letters=final.dead_letters,
         reaped_claims=rig.procs.grep_logs("re-drove"),
+    )
+
+
+WEBHOOK_OCCURRENCES = 600
+WEBHOOK_CHAOS_S = 12.0
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(240)
+def test_kill_9_chaos_with_webhook_reminders_loses_nothing(rig: Rig) -> None:
+    """Issue 17, "How we will check it": the kill -9 chaos with reminders of the webhook
+    channel, the receiver verifying every signature with `svix` and deduplicating on
+    `webhook-id` (docs/design.md, "Webhook channel"): every occurrence accepted once, 0
+    lost; a sender killed after a POST and before its record may POST again with the
+    same webhook-id (counted, deduplicated by the receiver)."""
+    secret = "whsec_" + base64.b64encode(b"chaos-webhook-secret-32-bytes!!!").decode()
+    with running_receiver(secret) as receiver:
+        rig.configure(
+            WEBHOOK_CHANNEL_ALLOW_HTTP="true", WEBHOOK_CHANNEL_ALLOW_NETWORKS="127.0.0.1/32"
+        )
+        rig.migrate()
+        rig.start("coordinator", "sweeper", "maintenance", "sender-1", "sender-2")
+        rig.wait_connected("coordinator", "sweeper", "maintenance", "sender")
+        with rig.engine.begin() as conn:
+            endpoint = conn.execute(
+                text("INSERT INTO webhook_endpoints (user_id, url, secret) VALUES"
+                     " (:u, :url, :s) RETURNING id"),
+                {"u": USER, "url": receiver.url, "s": secret},
+            ).scalar_one()  # fmt: skip
+        due = insert_due(
+            rig.engine, USER, WEBHOOK_OCCURRENCES, first_due=whole_second(1.0),
+            spread_s=int(WEBHOOK_CHAOS_S),
+        )  # fmt: skip
+        with rig.engine.begin() as conn:
+            conn.execute(text("UPDATE reminders SET webhook_endpoint_id = :e"), {"e": endpoint})
+        rng = random.Random()
+        kills = kill_storm(
+            rig, CHAOS_TARGETS, lambda ready: rng.choice(ready) if ready else None, rng=rng,
+            gap_s=(0.2, 0.6), seconds=WEBHOOK_CHAOS_S,
+        )  # fmt: skip
+        rig.wait_settled(WEBHOOK_OCCURRENCES, timeout=150)
+        got = receiver.received
+    expected = {key_of(rid, at) for rid, at in due.items()}
+    assert set(got.accepted) == expected  # 0 lost, nothing else
+    assert all(verified for _, _, verified in got.requests)  # every signature verified
+    assert rig.provider.stats()["messages"] == []  # no email: the channel is the webhook
+    final = progress(rig.engine)
+    assert final.deliveries == {"sent": WEBHOOK_OCCURRENCES}
+    report(
+        "webhook chaos",
+        kills=kills,
+        posts=len(got.requests),
+        resent_same_webhook_id=got.duplicates,
+        dead_letters=final.dead_letters,
     )
 
 
