@@ -277,3 +277,30 @@ def test_receiver_rejects_a_bad_signature(now_clock: Clock) -> None:
 
 
 _ = Receiver  # re-exported type for readers of this module
+
+
+def test_a_failing_host_opens_its_own_breaker_only(now_clock: Clock) -> None:
+    from reminder_core.errors import TransientDeliveryError
+    from sender.providers.webhook import WebhookDelivery
+
+    secret = "whsec_" + base64.b64encode(b"b" * 32).decode()
+    with running_receiver(secret) as receiver:
+        port = receiver.server_address[1]
+        receiver.script = [(503, {}), (503, {})]
+        # Two names for the receiver: one breaker each (pybreaker, fail_max 2).
+        channel = WebhookChannel(LOCAL, fail_max=2, reset_timeout_s=60,
+                                 resolve=lambda _host, _port: ["127.0.0.1"])  # fmt: skip
+        failing = WebhookDelivery(f"http://bad.example.test:{port}/h", secret, {"n": 1})
+        healthy = WebhookDelivery(f"http://good.example.test:{port}/h", secret, {"n": 2})
+        try:
+            for n in range(3):
+                with pytest.raises(TransientDeliveryError) as raised:
+                    channel.send(failing, idempotency_key=f"k{n}", now=now_clock.now)
+            assert "breaker of bad.example.test is open" in str(raised.value)
+            assert raised.value.retry_after_s == 60
+            assert len(receiver.received.requests) == 2  # the third was not sent
+            receipt = channel.send(healthy, idempotency_key="k-good", now=now_clock.now)
+        finally:
+            channel.close()
+    assert receipt.provider_message_id == "k-good"
+    assert receiver.received.requests[-1][0]["host"] == f"good.example.test:{port}"
