@@ -405,9 +405,10 @@ def edit(
     one_time: Annotated[bool, typer.Option("--one-time", help="Drop the rule.")] = False,
     exdate: Exdates = None,
     clear_exdates: Annotated[bool, typer.Option("--clear-exdates", help="No exclusions.")] = False,
-    all_day: Annotated[
-        bool | None, typer.Option("--all-day/--timed", help="Make it all-day, or timed.")
-    ] = None,
+    all_day_flag: Annotated[
+        bool, typer.Option("--all-day", help="Make it all-day (fires at the all-day time).")
+    ] = False,
+    timed: Annotated[bool, typer.Option("--timed", help="Make it timed again.")] = False,
     dst: DstOption = None,
     misfire: Misfire = None,
     max_lateness_s: MaxLateness = None,
@@ -425,9 +426,11 @@ def edit(
         ("--tz/--profile-tz", timezone, profile_zone),
         ("--rrule/--one-time", rrule, one_time),
         ("--exdate/--clear-exdates", exdate, clear_exdates),
+        ("--all-day/--timed", True if all_day_flag else None, timed),
     ):
         if value is not None and clear:
             raise fail(f"give one of {flag}", EXIT_USAGE)
+    all_day = True if all_day_flag else False if timed else None
     with api(api_url) as client:
         reminder = client.update(
             reminder_id,

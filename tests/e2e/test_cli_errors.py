@@ -191,6 +191,10 @@ def test_a_database_never_migrated_is_one_line_and_exit_2(
         (["preview"], "give a reminder id, or --at"),
         (["list", "--cursor", "x", "--all"], "--cursor and --all exclude each other"),
         (["list", "--api-url", "notaurl"], "is not an http(s) URL"),
+        (
+            ["edit", "0b6f3a52-4c1e-4e8a-9a57-2f4ad1d2c8e1", "--all-day", "--timed"],
+            "give one of --all-day/--timed",
+        ),
     ],
 )
 def test_client_usage_errors_are_one_line_and_exit_2(
