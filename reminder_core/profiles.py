@@ -77,6 +77,7 @@ class LocalProfileSource:
         if entry is None:
             return None
         email, zone, quiet = entry
+        email = email.strip()  # a hand-edited file: surrounding spaces are not the address
         if not usable_email(email):
             raise ProfileDataError(
                 f"profile of {user_id!r}: unusable email",
