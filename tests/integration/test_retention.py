@@ -28,6 +28,7 @@ from coordinator.service import Coordinator
 from reminder_core.db.migrate import upgrade
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
+from reminder_core.store import delivery_log
 from tests.integration.helpers import insert_due_reminders
 from tests.support.maintenance import make_maintainer
 from tests.support.sending import Clock, CountingProvider, make_sender
@@ -278,6 +279,8 @@ def test_sender_heartbeat_and_completion_reach_a_row_in_a_weekly_partition(
     db: Engine, settings: Settings
 ) -> None:
     now = datetime.now(UTC).replace(microsecond=0)  # this week: a partition made by 0005
+    with db.begin() as conn:  # (again, if a retention test on this database dropped it)
+        delivery_log.create_partition(conn, week_start=week_start(now))
     insert_due_reminders(db, 1, next_run_utc=now)
     queue = PostgresQueue(db, name="reminders", max_receive_count=5)
     Coordinator(db, queue, lookahead_s=0, batch_size=10, worker_id="c").run_once(now)
