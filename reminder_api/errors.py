@@ -29,6 +29,7 @@ from reminder_core.errors import (
     QuotaExceeded,
     Unauthenticated,
 )
+from reminder_core.metrics import API_LIMITED
 from reminder_core.tokens import TokenError, verify_token
 
 log = logging.getLogger(__name__)
@@ -287,6 +288,8 @@ def install_error_handlers(app: FastAPI) -> None:
             (400, "Bad request", "bad-request"),
         )
         challenge = exc.challenge if isinstance(exc, Unauthenticated) else None
+        if isinstance(exc, QuotaExceeded):
+            API_LIMITED.labels(limit=exc.quota).inc()
         return problem(
             status,
             title,

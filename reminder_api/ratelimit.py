@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reminder_api.deps import AppContext, current_principal
 from reminder_api.errors import problem
+from reminder_core.metrics import API_LIMITED
 from reminder_core.store import rate_limits
 from reminder_core.store.rate_limits import Taken
 from reminder_core.tokens import TokenError
@@ -123,6 +124,7 @@ class RateLimit:
             return
         headers = policy.headers(taken, now)
         if not taken.taken:
+            API_LIMITED.labels(limit="rate").inc()
             response = problem(
                 429,
                 "Too many requests",

@@ -4,13 +4,16 @@ goes through (issue 17, "A webhook channel"; docs/design.md, "Webhook channel").
 A destination URL is refused when it is not `https` (plain `http` only when the operator
 allows it), carries credentials, or names, or resolves to, an address that is not
 globally reachable: loopback, private (RFC 1918, RFC 4193), link-local (RFC 3927: the
-cloud metadata service 169.254.169.254), CGNAT, multicast, reserved, unspecified, or an
-IPv4-mapped IPv6 form of one (`ipaddress`'s `is_global`, from the IANA special-purpose
-registries). The operator may allow networks explicitly (`WEBHOOK_CHANNEL_ALLOW_NETWORKS`,
-e.g. a test receiver on 127.0.0.1/32). The check runs when the URL is registered and
-again at every send, after DNS resolution, and the request then connects to the very
-address that was checked (no second resolution an attacker's DNS could answer
-differently), never following a redirect.
+cloud metadata service 169.254.169.254), CGNAT, multicast, reserved, unspecified
+(`ipaddress`'s `is_global`, from the IANA special-purpose registries), or an IPv6
+address that carries one of those as an embedded IPv4 address (IPv4-mapped and
+-compatible, RFC 4291 §2.5.5; IPv4-translated, RFC 2765; NAT64, RFC 6052; 6to4, RFC
+3056): the IPv4 address inside is what a translator or relay would connect to, so it is
+the one checked. The operator may allow networks explicitly
+(`WEBHOOK_CHANNEL_ALLOW_NETWORKS`, e.g. a test receiver on 127.0.0.1/32). The check runs
+when the URL is registered and again at every send, after DNS resolution, and the
+request then connects to the very address that was checked (no second resolution an
+attacker's DNS could answer differently), never following a redirect.
 """
 
 from __future__ import annotations
@@ -26,6 +29,28 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], list[str]]
 
 MAX_URL = 2000
+
+#: IPv6 prefixes whose last 32 bits are an IPv4 address: IPv4-compatible (::/96,
+#: RFC 4291 §2.5.5.1), IPv4-translated (::ffff:0:0:0/96, RFC 2765 §2.1), the NAT64
+#: well-known prefix (64:ff9b::/96, RFC 6052 §2.1).
+EMBEDDING_96 = tuple(ipaddress.IPv6Network(n) for n in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96"))
+#: Not global although `ipaddress` (3.11) says it is: NAT64 local-use (RFC 8215), where
+#: the IPv4 address may sit anywhere after the prefix.
+NOT_GLOBAL = (ipaddress.IPv6Network("64:ff9b:1::/48"),)
+
+
+def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 `address` carries (see EMBEDDING_96, IPv4-mapped
+    ::ffff:0:0/96 and 6to4 2002::/16), else None."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in EMBEDDING_96):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
 
 
 class DestinationRefused(ValueError):
@@ -59,11 +84,15 @@ class DestinationPolicy:
     allow_networks: tuple[IPNetwork, ...] = ()
 
     def address_allowed(self, address: IPAddress) -> bool:
-        """True when `address` may be connected to."""
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
+        """True when `address` may be connected to: in an allowed network, or global and
+        not multicast, as is the IPv4 address it embeds, if any (`embedded_ipv4`)."""
         if any(address in network for network in self.allow_networks):
             return True
+        inner = embedded_ipv4(address)
+        if inner is not None:
+            return self.address_allowed(inner)
+        if any(address in network for network in NOT_GLOBAL):
+            return False
         return address.is_global and not address.is_multicast
 
 

@@ -181,6 +181,14 @@ API_SHED = Counter(
     ["method"],
 )
 
+API_LIMITED = Counter(
+    "reminders_api_limited_total",
+    'Requests refused 429 by a fair limit (docs/operations.md, "Fair limits"), by'
+    " limit: rate (API_RATE_LIMIT_PER_MINUTE) or the quota's setting, e.g."
+    " QUOTA_LIVE_REMINDERS. A snooze link refused by a quota counts too.",
+    ["limit"],
+)
+
 # --- backlog gauges: computed and exported by the maintenance workload only ---------------
 
 NEXT_RUN_LAG = Gauge(

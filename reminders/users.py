@@ -152,10 +152,12 @@ def quiet_hours_entries(specs: list[str]) -> list[dict[str, object]]:
 
     entries: list[dict[str, object]] = []
     for spec in specs:
-        span, _, days = spec.partition("@")
+        span, at, days = spec.partition("@")
         start, dash, end = span.partition("-")
         if not dash:
             raise fail(f"--quiet-hours {spec!r}: write START-END, e.g. 22:00-07:30", 2)
+        if at and not days.strip():
+            raise fail(f"--quiet-hours {spec!r}: name the days after '@', e.g. @sat,sun", 2)
         entry: dict[str, object] = {"start": start.strip(), "end": end.strip()}
         if days:
             entry["days"] = [d.strip() for d in days.split(",")]

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import HTMLResponse
 
 from reminder_api.deps import AppContext, context, in_worker_thread
+from reminder_core.domain.states import ReminderStatus
 from reminder_core.errors import InfrastructureError, NotFound, QuotaExceeded
 from reminder_core.links import (
     LinkAction,
@@ -27,6 +28,7 @@ from reminder_core.links import (
     link_key,
     verify_link,
 )
+from reminder_core.metrics import API_LIMITED
 from reminder_core.quotas import Quotas
 from reminder_core.scheduling import zone_for
 from reminder_core.services.links import LinkOutcome, SnoozeOptions, apply_link
@@ -88,8 +90,10 @@ def _zone(ctx: AppContext, reminder: ReminderRecord) -> ZoneInfo:
 
 
 def _when(record: ReminderRecord) -> str:
-    """The local time of a one-time reminder, as the user reads it."""
-    return f"{record.start_local:%Y-%m-%d %H:%M} ({record.timezone or 'your zone'})"
+    """The local time of a one-time reminder, as the user reads it (seconds shown when
+    the time has them: a snooze delay of 90 s lands on one)."""
+    shape = "%Y-%m-%d %H:%M:%S" if record.start_local.second else "%Y-%m-%d %H:%M"
+    return f"{record.start_local.strftime(shape)} ({record.timezone or 'your zone'})"
 
 
 def _question(ctx: AppContext, claims: LinkClaims, title: str) -> tuple[str, str, str]:
@@ -102,10 +106,11 @@ def _question(ctx: AppContext, claims: LinkClaims, title: str) -> tuple[str, str
     return "Remind me later?", f"“{title}” will come again in {later}.", "Snooze"
 
 
-@router.get("/v1/links/{token}", response_class=HTMLResponse)
+@router.api_route("/v1/links/{token}", methods=["GET", "HEAD"], response_class=HTMLResponse)
 @in_worker_thread
 def show_link(token: str, ctx: Ctx) -> HTMLResponse:
-    """What the link will do, with a button that POSTs it; changes nothing."""
+    """What the link will do, with a button that POSTs it; changes nothing. HEAD (link
+    checkers, some mail scanners) answers the same status and headers without a body."""
     try:
         claims = _verified(ctx, token)
     except LinkError as exc:
@@ -142,6 +147,7 @@ def use_link(token: str, ctx: Ctx) -> HTMLResponse:
     except NotFound:
         return _page(404, "This reminder no longer exists", "Nothing was changed.")
     except QuotaExceeded as exc:
+        API_LIMITED.labels(limit=exc.quota).inc()
         return _page(429, "Cannot snooze", f"{exc}. Nothing was changed.")
     except InfrastructureError:
         return _page(503, "Try again in a moment", "The service is busy. Nothing was changed.")
@@ -151,8 +157,16 @@ def use_link(token: str, ctx: Ctx) -> HTMLResponse:
 def _done(outcome: LinkOutcome) -> HTMLResponse:
     title = outcome.reminder.title
     if outcome.action is LinkAction.STOP:
-        if outcome.changed:
-            return _page(200, "Reminder stopped", f"“{title}” will not be sent again.")
+        snoozes = " Its snooze is cancelled too." if outcome.snoozes_cancelled else ""
+        if outcome.changed and outcome.reminder.status == ReminderStatus.CANCELLED:
+            return _page(200, "Reminder stopped", f"“{title}” will not be sent again.{snoozes}")
+        if outcome.changed:  # the reminder had ended; only its snooze was still to come
+            return _page(
+                200,
+                "Snooze stopped",
+                f"“{title}” is {outcome.reminder.status}, and its snooze is cancelled: "
+                "nothing more will be sent.",
+            )
         return _page(
             200,
             "Nothing to stop",

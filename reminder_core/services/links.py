@@ -41,12 +41,14 @@ class LinkOutcome:
         reminder: the reminder the email was about, as it is now.
         snooze: the one-time reminder of the extra occurrence (snooze actions), made now
             or by an earlier use of a link of the same occurrence.
+        snoozes_cancelled: (STOP) how many live snoozes of the reminder were cancelled now.
     """
 
     action: LinkAction
     changed: bool
     reminder: ReminderRecord
     snooze: ReminderRecord | None = None
+    snoozes_cancelled: int = 0
 
 
 def snooze_key(claims: LinkClaims) -> str:
@@ -80,8 +82,10 @@ def apply_link(
 ) -> LinkOutcome:
     """Do what a verified link says, in the caller's transaction.
 
-    - STOP cancels the reminder (`services.reminders.cancel`); a reminder already
-      cancelled, completed or failed is left as it is (`changed` False).
+    - STOP cancels the reminder (`services.reminders.cancel`) and every live snooze a link
+      of it made (a one-time reminder whose last occurrence was snoozed is `completed`,
+      but its snooze would still come); with nothing live left to cancel, `changed` is
+      False.
     - SNOOZE / TOMORROW create one one-time reminder (`snoozed_from` the reminder, the same
       title and body, in `zone` fixed) at `snooze_at`, idempotent on `snooze_key`: a
       second use of any snooze link of that occurrence changes nothing.
@@ -98,12 +102,15 @@ def apply_link(
     if reminder is None:
         raise NotFound("this reminder no longer exists")
     if claims.action is LinkAction.STOP:
+        snoozes = store.cancel_snoozes(
+            conn, user_id=claims.user_id, snoozed_from=reminder.id, now=now
+        )
         if reminder.status not in CANCELLABLE:
-            return LinkOutcome(claims.action, False, reminder)
+            return LinkOutcome(claims.action, bool(snoozes), reminder, None, len(snoozes))
         cancelled = reminder_services.cancel(
             conn, user_id=claims.user_id, reminder_id=claims.reminder_id, now=now
         )
-        return LinkOutcome(claims.action, True, cancelled)
+        return LinkOutcome(claims.action, True, cancelled, None, len(snoozes))
     key = snooze_key(claims)
     earlier = store.get_by_request_id(conn, user_id=claims.user_id, client_request_id=key)
     if earlier is not None:

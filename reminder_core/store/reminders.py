@@ -262,6 +262,20 @@ def cancel(
     )
 
 
+def cancel_snoozes(
+    conn: Connection, *, user_id: str, snoozed_from: uuid.UUID, now: datetime
+) -> list[ReminderRecord]:
+    """Cancel the user's live reminders made by a snooze link of `snoozed_from`, as
+    `cancel` does; updated_at = `now` (aware UTC). Returns the records cancelled (none
+    when no snooze was live) (`reminder_cancel_snoozes`)."""
+    return _reminders(
+        conn.execute(
+            query("reminder_cancel_snoozes"),
+            {"snoozed_from": snoozed_from, "user_id": user_id, "now": now},
+        )
+    )
+
+
 # --- Coordinator and maintenance: claim, rescue, backlog ---------------------------------------
 
 

@@ -250,3 +250,22 @@ def test_import_past_the_quota_refuses_every_event(
         refused = a.post(IMPORT, content=ics, headers=alice | ICS)
         assert assert_problem(refused, 429)["type"] == "/problems/quota-exceeded"
         assert table_counts(db) == before  # all or nothing: not even the first event
+
+
+def _limited(limit: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("reminders_api_limited_total", {"limit": limit}) or 0.0
+
+
+def test_refusals_are_counted_by_limit(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    # SREs tell a client's retry loop (rate) from a user at a quota (the setting's name).
+    alice = bearer(token_for("alice"))
+    rate, quota = _limited("rate"), _limited("QUOTA_LIVE_REMINDERS")
+    with apps(db, settings, clock, 1, quota_live_reminders=1, **SIXTY_A_MINUTE) as (a,):
+        assert a.post(URL, json=new_york(), headers=alice).status_code == 201
+        assert a.post(URL, json=new_york("2030-07-02T09:00"), headers=alice).status_code == 429
+        assert [a.get(URL, headers=alice).status_code for _ in range(2)] == [200, 429]
+    assert (_limited("rate") - rate, _limited("QUOTA_LIVE_REMINDERS") - quota) == (1, 1)

@@ -235,6 +235,60 @@ def test_stop_is_rfc8058_one_click_and_idempotent(
         ).one() == (status, version)
 
 
+def test_stop_after_a_snooze_of_the_last_occurrence_cancels_the_snooze(
+    emailed: tuple[str, dict[str, str], Any],
+    site: TestClient,
+    db: Engine,
+    queue: PostgresQueue,
+    linked: Settings,
+    app_clock: Clock,
+) -> None:
+    # The one-time reminder is completed once sent; its snooze is what would come next.
+    # "Stop this reminder" must stop that too (found by a trial of the product).
+    rid, links, _ = emailed
+    assert site.post(path_of(links["snooze"])).status_code == 200
+    stopped = site.post(path_of(links["stop"]))
+    assert stopped.status_code == 200, stopped.text
+    assert "Snooze stopped" in stopped.text
+    with db.connect() as conn:
+        rows = conn.execute(
+            text("SELECT id = :r AS original, status FROM reminders ORDER BY original"),
+            {"r": rid},
+        ).all()
+    assert [(r.original, r.status) for r in rows] == [(False, "cancelled"), (True, "completed")]
+    eml = send_due(db, queue, linked, app_clock.now + timedelta(hours=2))
+    assert eml is not None
+    assert eml.name.startswith(rid)  # the first email is still the last one
+    assert count(db, "SELECT count(*) FROM delivery_log WHERE status = 'sent'") == 1
+    again = site.post(path_of(links["stop"]))
+    assert "Nothing to stop" in again.text
+
+
+def test_head_answers_like_get_without_a_body(
+    emailed: tuple[str, dict[str, str], Any], site: TestClient, db: Engine
+) -> None:
+    _, links, _ = emailed
+    before = count(db)
+    head = site.head(path_of(links["stop"]))
+    assert head.status_code == 200
+    assert head.headers["cache-control"] == "no-store"
+    assert head.content == b""
+    assert site.head(path_of(_tampered(links["stop"]))).status_code == 400
+    assert count(db) == before
+
+
+def test_a_snooze_to_an_odd_second_shows_the_seconds(
+    emailed: tuple[str, dict[str, str], Any], db: Engine, linked: Settings, app_clock: Clock
+) -> None:
+    # SNOOZE_DELAY_S = 90 from 08:05:00Z lands on 08:06:30Z; "08:06" would be 30 s off.
+    _, links, _ = emailed
+    ninety = linked.model_copy(update={"snooze_delay_s": 90})
+    with TestClient(build_app(ninety, db, app_clock)) as c:
+        used = c.post(path_of(links["snooze"]))
+    assert used.status_code == 200, used.text
+    assert "2026-01-13 08:06:30 (UTC)" in used.text
+
+
 def _tampered(token: str) -> str:
     head, body, sig = token.split(".")
     flipped = sig[:-2] + ("A" if sig[-2] != "A" else "B") + sig[-1]

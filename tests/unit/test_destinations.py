@@ -60,3 +60,29 @@ def test_ipv4_mapped_ipv6_is_read_as_its_ipv4_address() -> None:
     allowed = DestinationPolicy(allow_networks=parse_networks(["127.0.0.1/32"]))
     # str() of ::ffff:127.0.0.1 is its hexadecimal form (RFC 5952 §5 allows either).
     assert check_destination("https://[::ffff:127.0.0.1]/", allowed).address == "::ffff:7f00:1"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::7f00:1",  # NAT64 well-known prefix + 127.0.0.1 (RFC 6052 §2.1)
+        "64:ff9b::a9fe:a9fe",  # NAT64 + 169.254.169.254, the metadata service
+        "::ffff:0:7f00:1",  # IPv4-translated 127.0.0.1 (RFC 2765 §2.1)
+        "::7f00:1",  # IPv4-compatible 127.0.0.1 (RFC 4291 §2.5.5.1)
+        "2002:7f00:1::",  # 6to4 of 127.0.0.1 (RFC 3056 §2)
+        "2002:a00:1::1",  # 6to4 of 10.0.0.1
+        "64:ff9b:1::7f00:1",  # NAT64 local-use prefix (RFC 8215: not globally reachable)
+    ],
+)
+def test_ipv6_carrying_a_special_ipv4_address_is_refused(address: str) -> None:
+    # Found by a trial: a NAT64 gateway or 6to4 relay would connect to the IPv4 inside.
+    with pytest.raises(DestinationRefused, match="not a public address"):
+        check_destination(f"https://[{address}]/", STRICT)
+    with pytest.raises(DestinationRefused, match="not a public address"):
+        check_destination("https://h.example.com/", STRICT, resolver(address))
+
+
+def test_ipv6_carrying_a_public_ipv4_address_is_accepted() -> None:
+    # 8.8.8.8 through NAT64 (RFC 6052 §2.4's own example form) and 6to4.
+    for address in ("64:ff9b::808:808", "2002:808:808::1"):
+        assert check_destination(f"https://[{address}]/", STRICT).address == address

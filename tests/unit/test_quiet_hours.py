@@ -135,3 +135,25 @@ def test_parse_windows() -> None:
 def test_parse_windows_refuses(raw: object, message: str) -> None:
     with pytest.raises(ValueError, match="^" + re.escape(message)):
         parse_windows(raw)
+
+
+@pytest.mark.parametrize("spec", ["22:00-07:30@", "22:00-07:30@ ", "22:00", "22:00-25:00"])
+def test_the_cli_refuses_a_malformed_quiet_hours_option(spec: str) -> None:
+    # "22:00-07:30@" (days left out after the '@') was accepted by a trial; exit 2 is
+    # a usage error, as for any other bad option value.
+    import typer
+
+    from reminders.users import quiet_hours_entries
+
+    with pytest.raises(typer.Exit) as refused:
+        quiet_hours_entries([spec])
+    assert refused.value.exit_code == 2
+
+
+def test_the_cli_writes_the_windows_the_sender_reads() -> None:
+    from reminders.users import quiet_hours_entries
+
+    assert quiet_hours_entries(["22:00-07:30", "13:00-14:00@sat, sun"]) == [
+        {"start": "22:00", "end": "07:30"},
+        {"start": "13:00", "end": "14:00", "days": ["sat", "sun"]},
+    ]

@@ -97,6 +97,16 @@ SET status = 'cancelled', next_run_utc = NULL, claimed_by = NULL, claimed_at = N
 WHERE id = :id AND user_id = :user_id AND status IN ('pending', 'claimed', 'paused')
 RETURNING *;
 
+-- name: reminder_cancel_snoozes
+-- Cancel the live one-time reminders a snooze link of :snoozed_from made (a stop link
+-- stops the snoozes too: docs/design.md, "Links in emails"); ix_reminders_snoozed_from.
+UPDATE reminders
+SET status = 'cancelled', next_run_utc = NULL, claimed_by = NULL, claimed_at = NULL,
+    version = version + 1, updated_at = :now
+WHERE snoozed_from = :snoozed_from AND user_id = :user_id
+  AND status IN ('pending', 'claimed', 'paused')
+RETURNING *;
+
 -- name: reminder_claim_due
 -- Claim up to :limit pending reminders due by :horizon and write one outbox row for each,
 -- in one statement (so in one transaction): a crash loses neither (docs/design.md,
