@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import typer
 
+from reminder_core.cell_option import CellOption, worker_settings
 
-def coordinator() -> None:
+
+def coordinator(cell: CellOption = None) -> None:
     """Claim due reminders into the outbox and publish them."""
     from coordinator.main import main
 
-    raise typer.Exit(main())
+    raise typer.Exit(main(worker_settings(cell)))

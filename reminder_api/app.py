@@ -42,6 +42,7 @@ from reminder_api.routes import (
     reminders,
     webhook_endpoints,
 )
+from reminder_core.cell_directory import CellRouting
 from reminder_core.clock import utcnow
 from reminder_core.profiles import ProfileSource
 from reminder_core.scheduling import ScheduleConfig
@@ -62,6 +63,7 @@ def create_app(
     *,
     clock: Callable[[], datetime] = utcnow,
     webhook_http: httpx.Client | None = None,
+    cells: CellRouting | None = None,
 ) -> FastAPI:
     """Build the API application.
 
@@ -72,6 +74,8 @@ def create_app(
         clock: current time, aware UTC (tests pass a fixed one).
         webhook_http: client for the SNS webhook's certificate and confirmation requests
             (tests route the SNS host to a local server); default: its own.
+        cells: with CELLS, the routing of each user's requests to their cell; `engine`
+            is then the first cell's (docs/design.md, "Cells").
 
     Raises:
         ConfigurationError: no JWT key is configured or stored.
@@ -93,6 +97,7 @@ def create_app(
         clock=clock,
         jwt_key=settings.jwt_key(),
         schedule_config=ScheduleConfig.from_settings(settings),
+        cells=cells,
     )
     install_error_handlers(app)
     app.add_middleware(

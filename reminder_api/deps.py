@@ -17,6 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
+from reminder_core.cell_directory import CellRouting
 from reminder_core.errors import Forbidden, InvalidInput
 from reminder_core.profiles import ProfileSource
 from reminder_core.queue import Queue, open_queue
@@ -43,6 +44,9 @@ class AppContext:
         default_factory=lambda: TTLCache(maxsize=10_000, ttl=60)
     )
 
+    #: With CELLS: the directory and each cell's engine; None for one cell (`engine`).
+    cells: CellRouting | None = None
+
     #: The queue the workers use (QUEUE_URL), opened on first use by the admin routes
     #: (depth, dead letters, replay); nothing is called over the network before.
     _queue: Queue | None = field(default=None, repr=False)
@@ -58,17 +62,39 @@ class AppContext:
             )  # fmt: skip
         return self._queue
 
-    def connect(self) -> Connection:
-        """A pooled connection for one request, used as `with ctx.connect() as conn:`
+    def engine_for(self, user_id: str | None) -> Engine:
+        """The engine of `user_id`'s cell (docs/design.md, "Cells"): `engine` with one cell
+        or without a user (the admin routes: the first cell's).
+
+        Raises:
+            sqlalchemy.exc.OperationalError: a new user's cell could not be looked up.
+        """
+        if self.cells is None or user_id is None:
+            return self.engine
+        return self.cells.engine_for(user_id)
+
+    def each_engine(self) -> list[Engine]:
+        """Every cell's engine, in CELLS order (`engine` alone with one cell): for a lookup
+        by a secret that does not say whose it is (the calendar feed's URL)."""
+        if self.cells is None:
+            return [self.engine]
+        return [engine for _, engine in self.cells.all_engines()]
+
+    def connect(self, user_id: str | None = None) -> Connection:
+        """A pooled connection for one request, used as `with ctx.connect(user_id) as conn:`
         inside the (sync) route, so that checkout, queries and return to the pool happen
         in the route's worker thread: one thread hop per request, and the event loop never
         waits on the pool or the database. The route commits; anything not committed (an
         error) is rolled back when the connection goes back to the pool.
 
+        Args:
+            user_id: whose data the request reads or writes: the connection is to their
+                cell (`engine_for`).
+
         Raises:
             sqlalchemy.exc.OperationalError: the database cannot be reached (answered 503).
         """
-        return self.engine.connect()
+        return self.engine_for(user_id).connect()
 
 
 P = ParamSpec("P")

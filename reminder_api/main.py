@@ -12,9 +12,10 @@ import uvicorn
 from fastapi import FastAPI
 
 from reminder_api.app import create_app
+from reminder_core.cell_directory import CellRouting, open_cell_routing
 from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
-from reminder_core.runtime import open_runtime
+from reminder_core.runtime import Runtime, open_runtime
 from reminder_core.settings import Settings
 from reminder_core.worker.signals import install_stop_handlers
 
@@ -60,7 +61,7 @@ def main(
     install_stop_handlers(stop)
     with configuration_errors():
         rt = open_runtime(settings, application_name="reminders-api")
-        app = create_app(settings, rt.engine, rt.profiles)
+        app = create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))
     try:
         if stop.is_set():
             return 0
@@ -69,6 +70,11 @@ def main(
         return 0 if server.started else 1
     finally:
         rt.close()
+
+
+def _cells(rt: Runtime) -> CellRouting | None:
+    """The routing to the users' cells with CELLS (docs/design.md, "Cells"), else None."""
+    return open_cell_routing(rt.settings, rt.engine, application_name="reminders-api")
 
 
 def _config(app: FastAPI | str, settings: Settings, **kwargs: object) -> uvicorn.Config:
@@ -89,7 +95,7 @@ def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: in
     with configuration_errors():
         rt = open_runtime(settings, application_name="reminders-api")
         try:
-            create_app(settings, rt.engine, rt.profiles)
+            create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))
         finally:
             rt.close()
     # Each process counts its own requests; prometheus_client's multiprocess mode sums
@@ -120,4 +126,4 @@ def worker_app() -> FastAPI:
     configure_logging(settings.log_level, settings.log_format)
     rt = open_runtime(settings, application_name="reminders-api")
     atexit.register(rt.close)
-    return create_app(settings, rt.engine, rt.profiles)
+    return create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))

@@ -158,7 +158,7 @@ class RateLimit:
         return principal.subject
 
     def _take(self, policy: RatePolicy, user_id: str, now: datetime) -> Taken:
-        with self.ctx.engine.begin() as conn:
+        with self.ctx.engine_for(user_id).begin() as conn:
             return rate_limits.take(
                 conn,
                 user_id=user_id,

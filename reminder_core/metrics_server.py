@@ -20,7 +20,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from socketserver import ThreadingMixIn
@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from reminder_core.clock import utcnow
 from reminder_core.settings import Settings
@@ -172,6 +174,32 @@ class MetricsServer:
         self._httpd.server_close()
 
 
+class CellLabelled(Collector):
+    """Every series of `registry` with a `cell` label added (docs/design.md, "Cells"): a
+    worker of one cell exports its metrics as that cell's, so sums, alerts and KEDA
+    queries can be taken per cell without relabelling at scrape time."""
+
+    def __init__(self, registry: CollectorRegistry, cell: str) -> None:
+        self._registry = registry
+        self._cell = cell
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [
+                sample._replace(labels={**sample.labels, "cell": self._cell})
+                for sample in family.samples
+            ]
+            yield labelled
+
+
+def cell_registry(cell: str, registry: CollectorRegistry = REGISTRY) -> CollectorRegistry:
+    """A registry that exports `registry`'s series with `cell="<cell>"` added."""
+    labelled = CollectorRegistry(auto_describe=False)
+    labelled.register(CellLabelled(registry, cell))
+    return labelled
+
+
 def serve_worker_metrics(
     settings: Settings,
     threads: list[threading.Thread],
@@ -181,6 +209,7 @@ def serve_worker_metrics(
 ) -> MetricsServer | None:
     """Serve `/metrics`, `/healthz` and `/readyz` for the worker loops of this process on
     METRICS_HOST:METRICS_PORT until the process exits, or nothing when METRICS_PORT is 0.
+    A worker of one cell (CELL set) labels every series `cell` (`cell_registry`).
 
     Args:
         threads, heartbeats: from `start_loops(..., heartbeats=...)` (the list may still
@@ -202,6 +231,7 @@ def serve_worker_metrics(
             health=lambda: loop_health(
                 threads, heartbeats, now=clock(), since=since, stale_s=stale_s
             ),
+            registry=cell_registry(settings.cell) if settings.cell else REGISTRY,
         )
     except OSError as exc:
         log.error("cannot serve metrics on port %d: %s", settings.metrics_port, exc)

@@ -12,6 +12,7 @@ from typing import NoReturn, Protocol
 
 from sqlalchemy import Engine
 
+from reminder_core.cells import process_settings
 from reminder_core.db.embedded import resolve_database_url
 from reminder_core.db.session import make_engine
 from reminder_core.errors import (
@@ -59,6 +60,7 @@ def open_runtime(
     migrate: bool = False,
     pool_size: int | None = None,
     check_queue: bool = False,
+    worker: bool = False,
 ) -> Runtime:
     """Connect to the database (embedded when DATABASE_URL is unset) and build the queue.
 
@@ -67,12 +69,16 @@ def open_runtime(
             migration Job instead).
         check_queue: ask the queue once whether it exists (`check_queue_at_start`): the
             workloads that use it do; one-off commands need not.
+        worker: a cell's worker: with CELLS, CELL (`--cell`) must name its cell, whose
+            database and queue it opens (`cells.process_settings`); other processes open
+            the first cell's. `Runtime.settings` has the URLs opened.
 
     Raises:
         RuntimeError: the embedded database cannot start.
         sqlalchemy.exc.OperationalError: the database cannot be reached (on migrate).
         ConfigurationError: with `check_queue`, the queue QUEUE_URL names does not exist.
     """
+    settings = process_settings(settings, worker=worker)
     url = resolve_database_url(settings.database_url, settings.state_dir)
     if migrate:
         from reminder_core.db.migrate import upgrade  # alembic: only `reminders dev`
@@ -216,10 +222,14 @@ def run_workload(
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
     with configuration_errors():
-        rt = open_runtime(settings, application_name=application_name, check_queue=True)
+        rt = open_runtime(
+            settings, application_name=application_name, check_queue=True, worker=True
+        )
         service = build(rt)
     try:
-        return run_services([(service, poll_interval_s(settings))], settings, engine=rt.engine)
+        return run_services(
+            [(service, poll_interval_s(rt.settings))], rt.settings, engine=rt.engine
+        )
     finally:
         close_service = getattr(service, "close", None)  # e.g. the coordinator's LISTEN
         if close_service is not None:

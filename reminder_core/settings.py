@@ -6,6 +6,7 @@ variable is the field name in upper case (e.g. `DATABASE_URL`, `POLL_INTERVAL_S`
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from datetime import time
@@ -15,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from reminder_core.cells import CELL_NAME, CellConfig
 from reminder_core.destinations import DestinationPolicy, parse_networks
 from reminder_core.errors import ConfigurationError
 
@@ -46,6 +48,30 @@ class Settings(BaseSettings):
         description="Local state: embedded database, dev JWT secret, mail sink, profiles file.",
     )
     db_pool_size: int = Field(default=5, ge=1, le=100)
+
+    # --- cells (docs/design.md, "Cells"; issue 18) ---
+    cells: Annotated[tuple[CellConfig, ...], NoDecode] = Field(
+        default=(),
+        description="JSON list of cells, each {name, database_url, queue_url, weight,"
+        " accepts_new_users}: its own PostgreSQL database and queue. Unset: one cell,"
+        " `default`, of DATABASE_URL and QUEUE_URL.",
+    )
+    cell: str | None = Field(
+        default=None,
+        pattern=CELL_NAME,
+        description="The cell a worker runs for (`--cell NAME`); required with CELLS.",
+    )
+    cell_cache_ttl_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="How long the API trusts a user's cell as looked up in the directory.",
+    )
+    directory_database_url: str | None = Field(
+        default=None,
+        description="The database of the cell directory (which user lives in which cell)."
+        " Unset: the first cell's database.",
+    )
 
     # --- queue ---
     queue_url: str = Field(
@@ -475,6 +501,16 @@ class Settings(BaseSettings):
         if self.link_secret is not None and len(self.link_secret.get_secret_value()) < 32:
             raise ValueError("LINK_SECRET must be at least 32 bytes (RFC 7518 §3.2)")
         return self
+
+    @field_validator("cells", mode="before")
+    @classmethod
+    def _read_cells(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"CELLS must be a JSON list of cells: {exc}") from None
+        return value
 
     @field_validator("webhook_channel_allow_networks")
     @classmethod

@@ -373,7 +373,9 @@ def status(
 
 @app.command()
 def migrate() -> None:
-    """Apply database migrations (Alembic) and exit."""
+    """Apply database migrations (Alembic) and exit: every cell's database with CELLS
+    (and the directory's, when DIRECTORY_DATABASE_URL is another), one after another."""
+    from reminder_core.cells import cells_of, directory_url
     from reminder_core.db.embedded import resolve_database_url
     from reminder_core.db.migrate import upgrade
     from reminder_core.errors import configuration_errors
@@ -383,8 +385,13 @@ def migrate() -> None:
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
     with configuration_errors():
-        url = resolve_database_url(settings.database_url, settings.state_dir)
-    upgrade(url)
+        cells = cells_of(settings)
+        urls = [c.database_url for c in cells]
+        if settings.cells and directory_url(settings) not in urls:
+            urls.append(directory_url(settings))
+        resolved = [resolve_database_url(u, settings.state_dir) for u in urls]
+    for url in resolved:
+        upgrade(url)
     typer.echo("database is at the newest migration")
 
 

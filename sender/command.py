@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import typer
 
+from reminder_core.cell_option import CellOption, worker_settings
 
-def sender() -> None:
+
+def sender(cell: CellOption = None) -> None:
     """Deliver queued occurrences by email."""
     from sender.main import main
 
-    raise typer.Exit(main())
+    raise typer.Exit(main(worker_settings(cell)))

@@ -99,11 +99,13 @@ def main(settings: Settings | None = None) -> int:
     configure_logging(settings.log_level, settings.log_format)
     stop = threading.Event()
     with configuration_errors():
-        rt = open_runtime(settings, application_name="reminders-sender", check_queue=True)
+        rt = open_runtime(
+            settings, application_name="reminders-sender", check_queue=True, worker=True
+        )
         sender = build(rt, stop)
     try:
         return run_services(
-            [(sender, settings.sender_poll_interval_s)], settings, stop, engine=rt.engine
+            [(sender, rt.settings.sender_poll_interval_s)], rt.settings, stop, engine=rt.engine
         )
     finally:
         sender.close()

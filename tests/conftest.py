@@ -42,6 +42,8 @@ OTHER_TABLES = (
     "rate_limits",
     "calendar_feeds",
     "webhook_endpoints",
+    "cell_assignments",
+    "cell_loads",
 )
 JWT_SECRET = "test-secret-" + "x" * 40
 

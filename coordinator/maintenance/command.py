@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import typer
 
+from reminder_core.cell_option import CellOption, worker_settings
 
-def maintenance() -> None:
+
+def maintenance(cell: CellOption = None) -> None:
     """Reap stuck claims and abandoned deliveries; record dead letters as failed; resume
     reminders whose suppression cleared; refresh the backlog gauges; retention."""
     from coordinator.maintenance.main import main
 
-    raise typer.Exit(main())
+    raise typer.Exit(main(worker_settings(cell)))

@@ -245,7 +245,7 @@ def create_reminder(
     if "\x00" in (key or ""):
         raise InvalidInput("Idempotency-Key", "must not contain NUL characters")
     digest = fingerprint(payload)
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         if key is not None:
             existing = services.find_replay(
                 conn, user_id=user_id, client_request_id=key, request_fingerprint=digest
@@ -338,7 +338,7 @@ def list_reminders(
     ] = None,
 ) -> ReminderPage:
     """The user's reminders, newest first; `next_cursor` is null on the last page."""
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         before = decode_cursor(cursor) if cursor else None
         rows = store.list_page(
             conn, user_id=user_id, limit=limit + 1, before=before, statuses=status_
@@ -372,7 +372,7 @@ def get_reminder(
     reminder_id: uuid.UUID, response: Response, user_id: User, ctx: Ctx
 ) -> ReminderOut:
     """One reminder of the user; another user's id answers 404."""
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         r = _get(conn, user_id, reminder_id)
         response.headers["ETag"] = etag(r)
         return to_out(r)
@@ -395,7 +395,7 @@ def cancel_reminder(
     """Cancel the reminder: nothing more is sent (an occurrence claimed but not yet sent
     is recorded `cancelled`). Cancelling twice is fine; a finished reminder is 409. With
     `If-Match`, only if the reminder is still at that version (else 412)."""
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         if if_match is not None:
             _lock_current(conn, user_id, reminder_id, if_match)
         r = services.cancel(conn, user_id=user_id, reminder_id=reminder_id, now=ctx.clock())
@@ -461,7 +461,7 @@ def update_reminder(
     is claimed but not yet sent (the sender records it `cancelled`). A title or body change
     reaches the next email, which is rendered at send time.
     """
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         given = payload.model_fields_set
         for name in sorted(given & NOT_NULL):
             if getattr(payload, name) is None:
@@ -576,7 +576,7 @@ def pause_reminder(
 ) -> ReminderOut:
     """Stop sending until resumed; an occurrence claimed but not sent is not sent.
     With `If-Match`, only if the reminder is still at that version (else 412)."""
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         r = services.pause(
             conn, _lock_current(conn, user_id, reminder_id, if_match), now=ctx.clock()
         )
@@ -605,7 +605,7 @@ def resume_reminder(
     the reminder is still at that version (else 412). A reminder paused by a suppression
     resumes too; while its address stays suppressed, its next occurrence is recorded
     `suppressed` and the reminder paused again."""
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         r = services.resume(
             conn,
             _lock_current(conn, user_id, reminder_id, if_match),
@@ -634,7 +634,7 @@ def list_occurrences(
     """The next `limit` occurrences (from next_run_utc; for a paused reminder, from now),
     each with its UTC instant, local wall time with offset and DST flags. A finished or
     cancelled reminder has none."""
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         r = _get(conn, user_id, reminder_id)
         zone = zone_of(ctx, user_id, r.timezone)
         if r.status not in LIVE or r.next_run_utc is None:
@@ -662,7 +662,7 @@ def list_deliveries(
     """What happened to each occurrence, newest first: its state (including `bounced`,
     `complained` and `suppressed`), provider, attempts, error and when it was sent.
     `next_cursor` is null on the last page; another user's reminder answers 404."""
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         _get(conn, user_id, reminder_id)
         before = _decode_run_time(cursor) if cursor else None
         rows = delivery_log.list_page(conn, reminder_id=reminder_id, limit=limit + 1, before=before)

@@ -77,7 +77,7 @@ def create_endpoint(payload: WebhookEndpointIn, user_id: User, ctx: Ctx) -> Webh
         raise InvalidInput("url", str(exc)) from None
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
     limit = ctx.settings.webhook_channel_max_endpoints
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         reminder_store.lock_owner(conn, user_id=user_id)  # the count and insert: one at a time
         row = webhook_endpoints.insert(
             conn, user_id=user_id, url=payload.url, secret=secret, now=ctx.clock(),
@@ -97,7 +97,7 @@ def create_endpoint(payload: WebhookEndpointIn, user_id: User, ctx: Ctx) -> Webh
 @in_worker_thread
 def list_endpoints(user_id: User, ctx: Ctx) -> list[WebhookEndpointOut]:
     """The user's endpoints, oldest first."""
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         return [_out(r) for r in webhook_endpoints.list_for(conn, user_id=user_id)]
 
 
@@ -111,7 +111,7 @@ def list_endpoints(user_id: User, ctx: Ctx) -> list[WebhookEndpointOut]:
 @in_worker_thread
 def delete_endpoint(endpoint_id: uuid.UUID, user_id: User, ctx: Ctx) -> Response:
     """Delete the endpoint; reminders that were delivered there go back to email."""
-    with ctx.connect() as conn:
+    with ctx.connect(user_id) as conn:
         if not webhook_endpoints.delete(conn, user_id=user_id, endpoint_id=endpoint_id):
             raise NotFound(f"webhook endpoint {endpoint_id} not found")
         conn.commit()

@@ -420,3 +420,29 @@ class WebhookEndpoint(Base):
         CheckConstraint("char_length(url) <= 2000", name="url_length"),
         Index("ix_webhook_endpoints_user", "user_id", "created_at"),
     )
+
+
+class CellAssignment(Base):
+    """Which cell a user lives in (docs/design.md, "Cells"; issue 18): the cell
+    directory, read by the API (cached) and written when a user is first seen or moved.
+    Only the directory's database (DIRECTORY_DATABASE_URL, else the first cell's) holds
+    rows; every cell has the table."""
+
+    __tablename__ = "cell_assignments"
+
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    cell: Mapped[str] = mapped_column(Text)
+    assigned_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (CheckConstraint("user_id <> ''", name="user_id_not_empty"),)
+
+
+class CellLoad(Base):
+    """How many users the directory has assigned to each cell (for "least loaded by
+    weight"), kept beside `cell_assignments` in the same transaction: no count(*) over the
+    directory per new user."""
+
+    __tablename__ = "cell_loads"
+
+    cell: Mapped[str] = mapped_column(Text, primary_key=True)
+    users: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))

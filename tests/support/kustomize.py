@@ -2,7 +2,8 @@
 
 It renders what k8s/ uses and nothing more: `resources` (files and directories),
 `namespace`, `images`, `replicas` and `patches` (strategic-merge patches from files or
-inline, and inline JSON 6902 patches with a target). Strategic merge follows the
+inline, `$patch: delete` of a whole resource included, and inline JSON 6902 patches with a
+target). Strategic merge follows the
 Kubernetes merge keys of the fields that k8s/ patches (containers, env, volumes ... by
 `name`); other lists are replaced, as JSON merge patch (RFC 7386) does for custom
 resources. When a real kustomize is on the machine, a test checks that both renderings
@@ -104,6 +105,9 @@ def _apply_patch(docs: list[Doc], directory: Path, patch: Doc) -> None:
         matches = _targets(docs, target)
         if not matches:
             raise ValueError(f"patch {p['kind']}/{p['metadata']['name']} matches nothing")
+        if p.get("$patch") == "delete":  # the resource goes (strategic merge directive)
+            docs[:] = [d for d in docs if all(d is not m for m in matches)]
+            continue
         for doc in matches:
             _merge(doc, p)
 

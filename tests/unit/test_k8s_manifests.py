@@ -28,9 +28,11 @@ import typer.main
 import yaml
 from fastapi.routing import APIRoute
 from packaging.specifiers import SpecifierSet
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, make_url
 
 from reminder_api.app import create_app
+from reminder_core.cell_directory import open_cell_routing
+from reminder_core.cells import cells_of, process_settings
 from reminder_core.metrics_server import MetricsServer
 from reminder_core.profile_service import HttpProfileSource, profile_source_from_settings
 from reminder_core.profiles import LocalProfileSource
@@ -38,17 +40,27 @@ from reminder_core.settings import Settings
 from reminders.cli import app as cli_app
 from sender.main import build_provider
 from tests.support import kustomize
+from tests.unit.test_alert_rules import exported_names, metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 BASE = K8S / "base"
-KUSTOMIZATIONS = {"base": BASE, "production": K8S / "overlays" / "production"}
+CELLS_OVERLAY = K8S / "overlays" / "cells"
+KUSTOMIZATIONS = {
+    "base": BASE,
+    "production": K8S / "overlays" / "production",
+    "cells": CELLS_OVERLAY,
+}
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 # The Kubernetes version the manifests target; kubernetes-validate bundles its schemas.
 KUBERNETES_VERSION = "1.32.0"
 # The workloads of issue 7 / docs/design.md, "CLI", one Deployment each.
 WORKLOADS = {"api", "coordinator", "sweeper", "sender", "maintenance"}
+# The workloads that run for one cell (`--cell NAME`; docs/design.md, "Cells").
+CELL_WORKERS = WORKLOADS - {"api"}
+# The label of a cell's workloads in k8s/overlays/cells.
+CELL_LABEL = "reminders.dev/cell"
 # Seconds a pod gets beyond its shutdown grace (interpreter exit, closing pools).
 SHUTDOWN_MARGIN_S = 5
 
@@ -94,16 +106,30 @@ def subcommand(container: Doc) -> str:
     return str(container["args"][0])
 
 
-def workload_of(docs: tuple[Doc, ...], sub: str) -> tuple[Doc, Doc, Doc]:
+def workloads_of(docs: tuple[Doc, ...], sub: str) -> list[tuple[Doc, Doc, Doc]]:
+    """(workload, pod spec, container) of every container running `reminders <sub>` (one
+    per cell with CELLS)."""
     found = [(w, p, c) for w, p, c in containers(docs) if subcommand(c) == sub]
+    assert found, f"`reminders {sub}`: no container"
+    return found
+
+
+def workload_of(docs: tuple[Doc, ...], sub: str) -> tuple[Doc, Doc, Doc]:
+    found = workloads_of(docs, sub)
     assert len(found) == 1, f"`reminders {sub}`: {len(found)} containers"
     return found[0]
 
 
 def secret_example() -> dict[tuple[str, str], str]:
-    """(Secret name, key) -> placeholder value, from k8s/base/secret.example.yaml."""
-    docs = yaml.safe_load_all((BASE / "secret.example.yaml").read_text(encoding="utf-8"))
-    return {(d["metadata"]["name"], k): v for d in docs for k, v in d["stringData"].items()}
+    """(Secret name, key) -> placeholder value, from k8s/base/secret.example.yaml and the
+    overlays' (k8s/overlays/cells/secret.example.yaml: CELLS, each cell's KEDA Secret)."""
+    example: dict[tuple[str, str], str] = {}
+    for path in sorted(K8S.rglob("secret.example.yaml")):
+        for d in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            for key, value in d["stringData"].items():
+                assert (d["metadata"]["name"], key) not in example, (path, key)
+                example[(d["metadata"]["name"], key)] = value
+    return example
 
 
 def container_env(docs: tuple[Doc, ...], container: Doc) -> dict[str, str]:
@@ -130,6 +156,16 @@ def settings_for(env: dict[str, str]) -> Settings:
         for key, value in env.items():
             mp.setenv(key, value)
         return Settings()
+
+
+def worker_settings(docs: tuple[Doc, ...], container: Doc) -> Settings:
+    """The settings the container's process opens its database and queue with: a cell
+    worker's (`--cell`) are its cell's of CELLS (reminder_core.cells.process_settings)."""
+    env = container_env(docs, container)
+    cell = cli_params(container).get("cell")
+    if cell is not None:
+        env["CELL"] = cell
+    return process_settings(settings_for(env), worker=subcommand(container) in CELL_WORKERS)
 
 
 def cli_params(container: Doc) -> dict[str, Any]:
@@ -449,11 +485,11 @@ def test_every_workload_that_reads_profiles_gets_the_profile_service_token(name:
     # dead letter failed with 401).
     docs = rendered(name)
     for sub in ("api", "sender", "maintenance"):
-        _, _, container = workload_of(docs, sub)
-        env = container_env(docs, container)
-        if "PROFILE_SERVICE_URL" in env:
-            names = {var["name"] for var in container.get("env", [])}
-            assert "PROFILE_SERVICE_TOKEN" in names, sub
+        for workload, _, container in workloads_of(docs, sub):
+            env = container_env(docs, container)
+            if "PROFILE_SERVICE_URL" in env:
+                names = {var["name"] for var in container.get("env", [])}
+                assert "PROFILE_SERVICE_TOKEN" in names, workload["metadata"]["name"]
 
 
 def test_production_writes_no_local_state() -> None:
@@ -477,25 +513,27 @@ def test_sender_builds_its_providers_from_the_configuration(name: str) -> None:
     """The sender's email providers can be built from its environment alone (no network:
     clients are only constructed); e.g. SES needs a region it can find."""
     docs = rendered(name)
-    _, _, container = workload_of(docs, "sender")
-    settings = settings_for(container_env(docs, container))
-    with pytest.MonkeyPatch.context() as mp:
-        for var in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE"):
-            mp.delenv(var, raising=False)
-        mp.setenv("AWS_CONFIG_FILE", "/nonexistent")
-        build_provider(settings)
+    for _, _, container in workloads_of(docs, "sender"):
+        settings = worker_settings(docs, container)
+        with pytest.MonkeyPatch.context() as mp:
+            for var in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE"):
+                mp.delenv(var, raising=False)
+            mp.setenv("AWS_CONFIG_FILE", "/nonexistent")
+            build_provider(settings)
 
 
 @pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
 def test_api_builds_from_the_configuration(name: str) -> None:
     """The API application can be built from its environment alone (JWT key, webhook
-    secrets, profile source); nothing connects yet."""
+    secrets, profile source, with CELLS the routing to the cells); nothing connects yet."""
     docs = rendered(name)
     _, _, container = workload_of(docs, "api")
-    settings = settings_for(container_env(docs, container))
+    settings = worker_settings(docs, container)
     profiles = profile_source_from_settings(settings)
+    engine = create_engine(str(settings.database_url))
     try:
-        create_app(settings, create_engine(str(settings.database_url)), profiles)
+        cells = open_cell_routing(settings, engine, application_name="test")
+        create_app(settings, engine, profiles, cells=cells)
     finally:
         if isinstance(profiles, HttpProfileSource):
             profiles.close()
@@ -640,8 +678,9 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def test_autoscalers(name: str) -> None:
     docs = rendered(name)
     deployments = {d["metadata"]["name"]: d for d in of_kind(docs, "Deployment")}
-    by_sub = {
-        subcommand(d["spec"]["template"]["spec"]["containers"][0]): d for d in deployments.values()
+    sub_of = {
+        n: subcommand(d["spec"]["template"]["spec"]["containers"][0])
+        for n, d in deployments.items()
     }
     scaled: dict[str, str] = {}
 
@@ -661,11 +700,9 @@ def test_autoscalers(name: str) -> None:
         assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
         assert trigger["authenticationRef"]["name"] in auths
 
-    assert scaled == {
-        by_sub["api"]["metadata"]["name"]: "hpa",
-        by_sub["sender"]["metadata"]["name"]: "aws-sqs-queue",
-        by_sub["coordinator"]["metadata"]["name"]: "postgresql",
-    }
+    # Every API, sender (each cell's) and coordinator (each cell's) Deployment, nothing else.
+    scaler = {"api": "hpa", "sender": "aws-sqs-queue", "coordinator": "postgresql"}
+    assert scaled == {n: scaler[sub] for n, sub in sub_of.items() if sub in scaler}
     for target in scaled:
         # An autoscaled Deployment leaves `replicas` to its autoscaler (else every apply
         # resets it: Kubernetes docs, "Migrating Deployments to horizontal autoscaling").
@@ -700,48 +737,53 @@ POSTGRESQL_METADATA = {
 SQS_QUEUE_URL = re.compile(r"https://sqs\.([a-z0-9-]+)\.amazonaws\.com/\d{12}/[\w-]{1,80}")
 
 
-def scaled_object_of(docs: tuple[Doc, ...], sub: str) -> tuple[Doc, Doc]:
-    """(container, ScaledObject) of the Deployment running `reminders <sub>`."""
-    workload, _, container = workload_of(docs, sub)
-    (so,) = [
-        s
-        for s in of_kind(docs, "ScaledObject")
-        if s["spec"]["scaleTargetRef"]["name"] == workload["metadata"]["name"]
-    ]
-    return container, so
+def scaled_objects_of(docs: tuple[Doc, ...], sub: str) -> list[tuple[Doc, Doc]]:
+    """(container, ScaledObject) of every Deployment running `reminders <sub>` (one per
+    cell with CELLS)."""
+    found = []
+    for workload, _, container in workloads_of(docs, sub):
+        (so,) = [
+            s
+            for s in of_kind(docs, "ScaledObject")
+            if s["spec"]["scaleTargetRef"]["name"] == workload["metadata"]["name"]
+        ]
+        found.append((container, so))
+    return found
 
 
 @pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
 def test_sender_scales_on_the_queue_it_reads(name: str) -> None:
     docs = rendered(name)
-    container, so = scaled_object_of(docs, "sender")
-    meta = so["spec"]["triggers"][0]["metadata"]
-    assert set(meta) <= SQS_METADATA
-    env = container_env(docs, container)
-    # KEDA resolves queueURLFromEnv in the scale target's first container (envFrom too).
-    assert so["spec"]["scaleTargetRef"].get("envSourceContainerName") in (None, container["name"])
-    queue_url = env[meta["queueURLFromEnv"]] if "queueURLFromEnv" in meta else meta["queueURL"]
-    assert queue_url == settings_for(env).queue_url
-    match = SQS_QUEUE_URL.fullmatch(queue_url)
-    assert match, f"KEDA needs the queue's https URL, not {queue_url!r}"
-    assert meta["awsRegion"] == match[1]
-    assert int(meta["queueLength"]) > 0
-    auth_name = so["spec"]["triggers"][0]["authenticationRef"]["name"]
-    auth = named(docs, "TriggerAuthentication", auth_name)
-    assert auth["spec"]["podIdentity"]["provider"] == "aws"
+    for container, so in scaled_objects_of(docs, "sender"):
+        meta = so["spec"]["triggers"][0]["metadata"]
+        assert set(meta) <= SQS_METADATA
+        env = container_env(docs, container)
+        # KEDA resolves queueURLFromEnv in the scale target's first container (envFrom too).
+        source = so["spec"]["scaleTargetRef"].get("envSourceContainerName")
+        assert source in (None, container["name"])
+        queue_url = env[meta["queueURLFromEnv"]] if "queueURLFromEnv" in meta else meta["queueURL"]
+        # The queue the sender reads: QUEUE_URL, or with CELLS its cell's queue_url.
+        assert queue_url == worker_settings(docs, container).queue_url
+        match = SQS_QUEUE_URL.fullmatch(queue_url)
+        assert match, f"KEDA needs the queue's https URL, not {queue_url!r}"
+        assert meta["awsRegion"] == match[1]
+        assert int(meta["queueLength"]) > 0
+        auth_name = so["spec"]["triggers"][0]["authenticationRef"]["name"]
+        auth = named(docs, "TriggerAuthentication", auth_name)
+        assert auth["spec"]["podIdentity"]["provider"] == "aws"
 
 
 @pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
 def test_coordinator_scales_on_the_due_backlog(name: str) -> None:
     """The query itself runs against PostgreSQL in tests/integration/test_k8s_keda_query.py."""
     docs = rendered(name)
-    _, so = scaled_object_of(docs, "coordinator")
-    trigger = so["spec"]["triggers"][0]
-    assert set(trigger["metadata"]) <= POSTGRESQL_METADATA
-    assert float(trigger["metadata"]["targetQueryValue"]) > 0
-    auth = named(docs, "TriggerAuthentication", trigger["authenticationRef"]["name"])
-    # The scaler takes a full connection string as the auth parameter `connection`.
-    assert [r["parameter"] for r in auth["spec"]["secretTargetRef"]] == ["connection"]
+    for _, so in scaled_objects_of(docs, "coordinator"):
+        trigger = so["spec"]["triggers"][0]
+        assert set(trigger["metadata"]) <= POSTGRESQL_METADATA
+        assert float(trigger["metadata"]["targetQueryValue"]) > 0
+        auth = named(docs, "TriggerAuthentication", trigger["authenticationRef"]["name"])
+        # The scaler takes a full connection string as the auth parameter `connection`.
+        assert [r["parameter"] for r in auth["spec"]["secretTargetRef"]] == ["connection"]
 
 
 @pytest.mark.parametrize("name", sorted(KUSTOMIZATIONS))
@@ -839,6 +881,129 @@ def test_network_policies(name: str) -> None:
         # In: what the probes and Prometheus reach.
         for port in container.get("ports", []):
             assert allowed(docs, "ingress", labels, {"protocol": "TCP", "port": port["name"]})
+
+
+# --- cells (issue 18; k8s/overlays/cells) ----------------------------------------------------
+
+
+def cells_in(docs: tuple[Doc, ...]) -> dict[str, Any]:
+    """name -> Cell of the CELLS the API reads (the placeholders of secret.example.yaml)."""
+    _, _, api = workload_of(docs, "api")
+    return {c.name: c for c in cells_of(settings_for(container_env(docs, api)))}
+
+
+def test_every_cell_has_its_four_workers_each_for_its_cell() -> None:
+    docs = rendered("cells")
+    _, _, api = workload_of(docs, "api")
+    api_env = container_env(docs, api)
+    cells = cells_in(docs)
+    assert len(cells) == 3
+    kustomization = yaml.safe_load((CELLS_OVERLAY / "kustomization.yaml").read_text())
+    budgets = of_kind(docs, "PodDisruptionBudget")
+    found: set[tuple[str, str]] = set()
+    for workload, _, container in containers(docs):
+        sub, where = subcommand(container), workload["metadata"]["name"]
+        env = container_env(docs, container)
+        # Every process reads the same cells (the API routes to them, the Job migrates
+        # them all); nothing is left of the one-cell DATABASE_URL and QUEUE_URL.
+        assert env["CELLS"] == api_env["CELLS"], where
+        assert not {"DATABASE_URL", "QUEUE_URL", "CELL"} & set(env), where
+        if sub not in CELL_WORKERS:
+            assert cli_params(container).get("cell") is None, where
+            continue
+        cell = cli_params(container)["cell"]
+        assert [str(a) for a in container["args"]] == [sub, "--cell", cell], where
+        assert cell in cells, where
+        assert where == f"reminders-{sub}-{cell}"
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert labels[CELL_LABEL] == cell, where
+        assert workload["spec"]["selector"]["matchLabels"][CELL_LABEL] == cell, where
+        (budget,) = [b for b in budgets if matches(b["spec"]["selector"]["matchLabels"], labels)]
+        assert budget["spec"]["selector"]["matchLabels"][CELL_LABEL] == cell, where
+        settings = worker_settings(docs, container)  # exits 2 in the pod if this raises
+        assert settings.database_url == cells[cell].database_url, where
+        assert settings.queue_url == cells[cell].queue_url, where
+        found.add((cell, sub))
+        # A cell is one directory of the overlay (copied to add a cell).
+        assert f"cell-{cell}" in kustomization["resources"], cell
+    assert found == {(cell, sub) for cell in cells for sub in CELL_WORKERS}
+    assert len({c.queue_url for c in cells.values()}) == len(cells), "two cells share a queue"
+
+
+def test_each_cell_scales_on_its_own_queue_and_its_own_database() -> None:
+    docs = rendered("cells")
+    cells = cells_in(docs)
+    secrets = secret_example()
+    queues, databases = {}, {}
+    for container, so in scaled_objects_of(docs, "sender"):
+        queues[cli_params(container)["cell"]] = so["spec"]["triggers"][0]["metadata"]["queueURL"]
+    for container, so in scaled_objects_of(docs, "coordinator"):
+        cell = cli_params(container)["cell"]
+        trigger = so["spec"]["triggers"][0]
+        auth = named(docs, "TriggerAuthentication", trigger["authenticationRef"]["name"])
+        (ref,) = auth["spec"]["secretTargetRef"]
+        keda = make_url(secrets[(ref["name"], ref["key"])])
+        own = make_url(cells[cell].database_url)
+        # The backlog query counts the cell's reminders: it runs in the cell's database.
+        assert (keda.host, keda.port, keda.database) == (own.host, own.port, own.database), cell
+        databases[cell] = ref["name"]
+    assert queues == {name: c.queue_url for name, c in cells.items()}
+    assert set(databases) == set(cells)
+    assert len(set(databases.values())) == len(cells), "two cells share a KEDA connection"
+
+
+# PromQL aggregation operators (Prometheus docs, "Operators", "Aggregation operators"),
+# with their `by (...)` clause when written before the parenthesis.
+AGGREGATION = re.compile(
+    r"\b(sum|min|max|avg|group|stddev|stdvar|count|count_values|bottomk|topk|quantile)"
+    r"\s*(?:by\s*\(([^)]*)\))?\s*\("
+)
+
+
+def last_threshold(expr: str) -> float:
+    return float(re.findall(r">\s*([\d.]+)", expr)[-1])
+
+
+def test_the_alerts_hold_per_cell() -> None:
+    """Each base alert, with its threshold, for every cell: aggregations keep `cell`, and
+    what absent() checks is written once per cell."""
+    docs = rendered("cells")
+    cells = cells_in(docs)
+
+    def rules_of(d: tuple[Doc, ...]) -> list[Doc]:
+        return [
+            r
+            for doc in of_kind(d, "PrometheusRule")
+            for g in doc["spec"]["groups"]
+            for r in g["rules"]
+        ]
+
+    rules = rules_of(docs)
+    base = {r["alert"]: r for r in rules_of(rendered("base"))}
+    exported = exported_names()
+    assert {r["alert"] for r in rules} == set(base)
+    for rule in rules:
+        where, expr = rule["alert"], " ".join(rule["expr"].split())
+        names = metric_names(expr)
+        assert names, where
+        assert names <= exported, (where, names - exported)
+        assert last_threshold(expr) == last_threshold(base[where]["expr"]), where
+        assert (rule["for"], rule["labels"]["severity"]) == (
+            base[where]["for"],
+            base[where]["labels"]["severity"],
+        ), where
+        if all(n.startswith("reminders_api_") for n in names):
+            continue  # the shared API's series carry no `cell`
+        for match in AGGREGATION.finditer(expr):
+            grouping = {label.strip() for label in (match[2] or "").split(",")}
+            assert "cell" in grouping, (where, match[0])
+        for selector in re.findall(r"absent\(\s*[\w:]*\{([^}]*)\}\s*\)", expr):
+            assert re.search(r'\bcell="[a-z0-9-]+"', selector), (where, selector)
+        assert "absent(" not in expr or re.search(r"absent\(\s*[\w:]*\{", expr), where
+    absent_alerts = {name for name, r in base.items() if "absent(" in r["expr"]}
+    for cell in cells:
+        per_cell = [r["alert"] for r in rules if f'cell="{cell}"' in r["expr"]]
+        assert sorted(per_cell) == sorted(absent_alerts), cell
 
 
 # --- the image ------------------------------------------------------------------------------

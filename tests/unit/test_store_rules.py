@@ -28,6 +28,8 @@ ENTITY = {
     "calendar_feeds": "calendar_feed",
     "rate_limits": "rate_limit",
     "webhook_endpoints": "webhook_endpoint",
+    "cell_assignments": "cell_assignment",
+    "cell_loads": "cell_load",
     "transaction": "transaction",
 }
 

@@ -1,0 +1,26 @@
+"""Typed statements on `cell_assignments` (`sql/cell_assignments.sql`; docs/design.md,
+"Cells"). Every function runs on the caller's `Connection` and never commits."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from reminder_core.store._statements import query
+
+
+def get(conn: Connection, *, user_id: str) -> str | None:
+    """The name of the cell `user_id` lives in, None when unassigned
+    (`cell_assignment_get`)."""
+    found = conn.execute(query("cell_assignment_get"), {"user_id": user_id}).scalar_one_or_none()
+    return None if found is None else str(found)
+
+
+def insert(conn: Connection, *, user_id: str, cell: str, now: datetime) -> bool:
+    """Assign `user_id` to `cell` at `now` (aware UTC); False when the user already had a
+    cell (a concurrent first request won: read it with `get`) (`cell_assignment_insert`)."""
+    row = conn.execute(
+        query("cell_assignment_insert"), {"user_id": user_id, "cell": cell, "now": now}
+    ).first()
+    return row is not None
