@@ -72,7 +72,8 @@ def feed_calendar(
         last = max(*starts, now.date())
         cal.add_missing_timezones(
             first_date=min(starts) - timedelta(days=1),
-            last_date=last.replace(year=min(last.year + VTIMEZONE_YEARS_AHEAD, 9999)),
+            # The 1st of the month: a 29 February start has no such day 10 years on.
+            last_date=last.replace(year=min(last.year + VTIMEZONE_YEARS_AHEAD, 9999), day=1),
         )
     return bytes(cal.to_ical())
 
@@ -202,7 +203,9 @@ def read_events(
 
 def _parse(body: bytes) -> icalendar.Component:
     try:
-        text = body.decode("utf-8")
+        # "utf-8-sig": a byte-order mark (Outlook and Windows tools write one) is not
+        # content; RFC 5545 §3.1.4 only says the charset is UTF-8.
+        text = body.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise MalformedBody("the body is not UTF-8 text (RFC 5545 §3.1.4)") from None
     try:

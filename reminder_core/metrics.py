@@ -184,10 +184,11 @@ API_SHED = Counter(
 API_LIMITED = Counter(
     "reminders_api_limited_total",
     'Requests refused 429 by a fair limit (docs/operations.md, "Fair limits"), by'
-    " limit: rate (API_RATE_LIMIT_PER_MINUTE) or the quota's setting, e.g."
+    " limit: rate (RATE_LIMIT_PER_MINUTE) or the quota's setting, e.g."
     " QUOTA_LIVE_REMINDERS. A snooze link refused by a quota counts too.",
     ["limit"],
 )
+API_LIMITED.labels(limit="rate")  # exported (0) from the start, as rates need
 
 # --- backlog gauges: computed and exported by the maintenance workload only ---------------
 

@@ -123,6 +123,8 @@ SECRET_PARAMETER = {
 }
 
 
+# HEAD (calendar clients and link checkers probe with it): the same answer, no body.
+@router.head("/v1/calendar-feed/{secret}.ics", include_in_schema=False)
 @router.get(
     "/v1/calendar-feed/{secret}.ics",
     name="calendar_feed",
@@ -215,10 +217,10 @@ ICS_BODY: dict[str, Any] = {
 )
 async def import_reminders(request: Request, user_id: User, ctx: Ctx) -> ImportReport | Response:
     """One reminder per event (VEVENT, or VTODO with DTSTART) of an .ics file: DTSTART's
-    local time and TZID, RRULE, EXDATEs, SUMMARY as the title, DESCRIPTION as the body.
-    Each is validated as `POST /v1/reminders` would; all are created in one transaction,
-    or none: a refused event answers 422 with `errors` naming each (`events[i]`, with
-    its UID) and why."""
+    local time and TZID, RRULE, EXDATEs, SUMMARY as the title ("(no title)" without
+    one), DESCRIPTION as the body. Each is validated as `POST /v1/reminders` would; all
+    are created in one transaction, or none: a refused event answers 422 with `errors`
+    naming each (`events[i]`, with its UID) and why."""
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media != CALENDAR:
         return problem(
@@ -268,6 +270,10 @@ def _import(body: bytes, user_id: str, ctx: AppContext, path: str) -> ImportRepo
     return ImportReport(created=created, count=len(created))
 
 
+#: The title of an imported event without SUMMARY.
+UNTITLED = "(no title)"
+
+
 def _draft(event: ImportedEvent, user_id: str) -> ReminderDraft:
     """The create route's draft of `event`, validated as its JSON body would be.
 
@@ -275,7 +281,9 @@ def _draft(event: ImportedEvent, user_id: str) -> ReminderDraft:
         InvalidInput: a field is refused (the create route's 422).
     """
     fields = {
-        "title": event.title,
+        # SUMMARY is optional in a VEVENT (RFC 5545 §3.6.1); calendar apps show such an
+        # event as untitled, and so does the reminder.
+        "title": event.title if event.title is not None else UNTITLED,
         "body": event.body,
         "start_local": event.start_local,
         "timezone": event.timezone,

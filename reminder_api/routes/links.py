@@ -119,6 +119,8 @@ def show_link(token: str, ctx: Ctx) -> HTMLResponse:
         reminder = store.get(conn, user_id=claims.user_id, reminder_id=claims.reminder_id)
     if reminder is None:
         return _page(404, "This reminder no longer exists", "Nothing was changed.")
+    if claims.action is not LinkAction.STOP and reminder.status == ReminderStatus.CANCELLED:
+        return _page(200, "This reminder was stopped", f"“{reminder.title}” cannot be snoozed.")
     heading, text, button = _question(ctx, claims, reminder.title)
     return _page(200, heading, text, form=button)
 
@@ -171,6 +173,12 @@ def _done(outcome: LinkOutcome) -> HTMLResponse:
             200,
             "Nothing to stop",
             f"“{title}” is already {outcome.reminder.status}. Nothing was changed.",
+        )
+    if outcome.stopped:
+        return _page(
+            200,
+            "This reminder was stopped",
+            f"“{title}” was stopped, so it cannot be snoozed. Nothing was changed.",
         )
     assert outcome.snooze is not None
     when = _when(outcome.snooze)

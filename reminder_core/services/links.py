@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Connection
 
-from reminder_core.domain.states import CANCELLABLE
+from reminder_core.domain.states import CANCELLABLE, ReminderStatus
 from reminder_core.errors import NotFound
 from reminder_core.links import LinkAction, LinkClaims
 from reminder_core.quotas import Quotas
@@ -49,6 +49,14 @@ class LinkOutcome:
     reminder: ReminderRecord
     snooze: ReminderRecord | None = None
     snoozes_cancelled: int = 0
+
+    @property
+    def stopped(self) -> bool:
+        """(snooze actions) The reminder, or the snooze made earlier, was stopped: nothing
+        will come of this link."""
+        return self.reminder.status == ReminderStatus.CANCELLED or (
+            self.snooze is not None and self.snooze.status == ReminderStatus.CANCELLED
+        )
 
 
 def snooze_key(claims: LinkClaims) -> str:
@@ -88,7 +96,8 @@ def apply_link(
       False.
     - SNOOZE / TOMORROW create one one-time reminder (`snoozed_from` the reminder, the same
       title and body, in `zone` fixed) at `snooze_at`, idempotent on `snooze_key`: a
-      second use of any snooze link of that occurrence changes nothing.
+      second use of any snooze link of that occurrence changes nothing, and neither does
+      one of a stopped (cancelled) reminder (`LinkOutcome.stopped`).
 
     Args:
         zone: the reminder's zone, else its user's profile zone.
@@ -113,7 +122,9 @@ def apply_link(
         return LinkOutcome(claims.action, True, cancelled, None, len(snoozes))
     key = snooze_key(claims)
     earlier = store.get_by_request_id(conn, user_id=claims.user_id, client_request_id=key)
-    if earlier is not None:
+    if earlier is not None or reminder.status == ReminderStatus.CANCELLED:
+        # Used before, or the reminder was stopped: a stopped reminder is not snoozed
+        # back to life (`stopped` tells the page).
         return LinkOutcome(claims.action, False, reminder, earlier)
     local = snooze_at(claims.action, options, zone, now)
     draft = reminder_services.ReminderDraft(

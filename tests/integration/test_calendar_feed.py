@@ -394,3 +394,52 @@ def test_import_limit_of_events(client: TestClient, db: Engine, alice: dict[str,
     resp = client.post(IMPORT, content=vcalendar(*[event] * 500), headers=alice | ICS)
     assert resp.status_code == 201, resp.text
     assert resp.json()["count"] == 500
+
+
+# --------------------------------------------------------------------------------------
+# Found by a trial of the product (issue 17)
+# --------------------------------------------------------------------------------------
+
+
+def test_a_29_february_start_keeps_the_feed_working(
+    client: TestClient, alice: dict[str, str]
+) -> None:
+    # The feed's VTIMEZONE range ran to "the same date ten years on", which 2042 lacks
+    # (the test clock is 2029-06-01: the start is the latest date).
+    leap = {"start_local": "2032-02-29T09:00", "timezone": "Europe/London",
+            "rrule": "FREQ=YEARLY;COUNT=2", "title": "Leap day"}  # fmt: skip
+    made = client.post(URL, json=leap, headers=alice)
+    assert made.status_code == 201, made.text
+    calendar = icalendar.Calendar.from_ical(fetch(client, feed_url(client, alice)))
+    assert [str(e["SUMMARY"]) for e in calendar.walk("VEVENT")] == ["Leap day"]
+    assert {str(t["TZID"]) for t in calendar.walk("VTIMEZONE")} == {"Europe/London"}
+    # RFC 5545 §3.3.10: a yearly rule on 29 February recurs only in leap years.
+    occurrences = recurring_ical_events.of(calendar).between(
+        datetime(2032, 1, 1), datetime(2037, 1, 1)
+    )
+    assert [e["DTSTART"].dt.date().isoformat() for e in occurrences] == [
+        "2032-02-29",
+        "2036-02-29",
+    ]
+
+
+def test_head_on_the_feed_answers_like_get(client: TestClient, alice: dict[str, str]) -> None:
+    url = feed_url(client, alice)
+    head = client.head(url)
+    assert head.status_code == 200
+    assert head.headers["content-type"] == "text/calendar; charset=utf-8"
+    assert head.content == b""
+    assert client.head(f"{FEED}/{'x' * 43}.ics").status_code == 404
+
+
+def test_import_skips_a_byte_order_mark_and_titles_an_untitled_event(
+    client: TestClient, alice: dict[str, str]
+) -> None:
+    # Outlook writes a UTF-8 BOM; SUMMARY is optional in a VEVENT (RFC 5545 §3.6.1).
+    ics = "\ufeff".encode() + vcalendar(GOOD, "UID:bare\r\nDTSTART:20300105T090000Z")
+    resp = client.post(IMPORT, content=ics, headers=alice | ICS)
+    assert resp.status_code == 201, resp.text
+    titles = [
+        client.get(f"{URL}/{i}", headers=alice).json()["title"] for i in resp.json()["created"]
+    ]
+    assert titles == ["Good", "(no title)"]

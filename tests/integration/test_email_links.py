@@ -343,3 +343,44 @@ def test_no_public_base_url_no_links(db: Engine, queue: PostgresQueue, settings:
         msg = email.message_from_binary_file(fh, policy=email.policy.default)
     assert msg["List-Unsubscribe"] is None
     assert "/v1/links/" not in msg.as_string()
+
+
+def test_a_stopped_reminder_is_not_snoozed_back_to_life(
+    db: Engine, queue: PostgresQueue, linked: Settings, site: TestClient
+) -> None:
+    # Found by a trial: stop, then snooze, made a new pending reminder of a stopped one.
+    with db.begin() as conn:
+        rid = conn.execute(
+            text(
+                "INSERT INTO reminders (user_id, title, start_local, timezone, rrule,"
+                " next_run_utc) VALUES ('alice', 'Standup', '2026-01-13T08:00', 'UTC',"
+                " 'FREQ=DAILY', :due) RETURNING id"
+            ),
+            {"due": SENT},
+        ).scalar_one()
+    eml = send_due(db, queue, linked, SENT)
+    assert eml is not None
+    _, links = read(eml)
+    assert "Reminder stopped" in site.post(path_of(links["stop"])).text
+    before = count(db)
+    for url in (links["snooze"], links["tomorrow"]):
+        page = site.get(path_of(url))
+        assert "was stopped" in page.text
+        assert "<form" not in page.text
+        used = site.post(path_of(url))
+        assert used.status_code == 200
+        assert "This reminder was stopped" in used.text
+    assert count(db) == before
+    assert count(db, f"SELECT count(*) FROM reminders WHERE snoozed_from = '{rid}'") == 0
+
+
+def test_snooze_then_stop_then_snooze_says_it_was_stopped(
+    emailed: tuple[str, dict[str, str], Any], site: TestClient, db: Engine
+) -> None:
+    _, links, _ = emailed
+    assert "Snoozed" in site.post(path_of(links["snooze"])).text
+    assert "Snooze stopped" in site.post(path_of(links["stop"])).text
+    before = count(db)
+    again = site.post(path_of(links["snooze"]))
+    assert "This reminder was stopped" in again.text  # not "Already snoozed, to ..."
+    assert count(db) == before
