@@ -198,9 +198,8 @@ def test_tomorrow_is_the_next_local_day_at_nine(
     assert due == datetime(2026, 1, 14, 9, 0, tzinfo=UTC)  # the reminder's zone is UTC
 
 
-def test_stop_is_rfc8058_one_click_and_idempotent(
-    db: Engine, queue: PostgresQueue, linked: Settings, site: TestClient
-) -> None:
+def emailed_daily(db: Engine, queue: PostgresQueue, linked: Settings) -> tuple[str, dict[str, str]]:
+    """A daily reminder of alice's, sent at SENT: its id and the links of its email."""
     with db.begin() as conn:
         rid = conn.execute(
             text(
@@ -213,6 +212,13 @@ def test_stop_is_rfc8058_one_click_and_idempotent(
     eml = send_due(db, queue, linked, SENT)
     assert eml is not None
     _, links = read(eml)
+    return str(rid), links
+
+
+def test_stop_is_rfc8058_one_click_and_idempotent(
+    db: Engine, queue: PostgresQueue, linked: Settings, site: TestClient
+) -> None:
+    rid, links = emailed_daily(db, queue, linked)
     # What a mail client posts (RFC 8058 §3.2).
     one_click = site.post(
         path_of(links["stop"]),
@@ -349,18 +355,7 @@ def test_a_stopped_reminder_is_not_snoozed_back_to_life(
     db: Engine, queue: PostgresQueue, linked: Settings, site: TestClient
 ) -> None:
     # Found by a trial: stop, then snooze, made a new pending reminder of a stopped one.
-    with db.begin() as conn:
-        rid = conn.execute(
-            text(
-                "INSERT INTO reminders (user_id, title, start_local, timezone, rrule,"
-                " next_run_utc) VALUES ('alice', 'Standup', '2026-01-13T08:00', 'UTC',"
-                " 'FREQ=DAILY', :due) RETURNING id"
-            ),
-            {"due": SENT},
-        ).scalar_one()
-    eml = send_due(db, queue, linked, SENT)
-    assert eml is not None
-    _, links = read(eml)
+    rid, links = emailed_daily(db, queue, linked)
     assert "Reminder stopped" in site.post(path_of(links["stop"])).text
     before = count(db)
     for url in (links["snooze"], links["tomorrow"]):
