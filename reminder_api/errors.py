@@ -236,10 +236,12 @@ def install_error_handlers(app: FastAPI) -> None:
             return denied
         content_type = request.headers.get("content-type", "")
         media = content_type.split(";", 1)[0].strip().lower()
+        body_errors = any(e.get("loc", ("",))[0] == "body" for e in exc.errors())
         if (
             request.method in ("POST", "PATCH", "PUT")
             and content_type
             and not (media == "application/json" or media.endswith("+json"))
+            and (body_errors or media != "text/calendar")  # the import reads its own body
         ):
             return problem(
                 415,

@@ -3,11 +3,13 @@ rotate, revoke, fetch) and `POST /v1/reminders:import` of an .ics file, all or n
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi import APIRouter, Depends, Header, Request, Response, status
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
@@ -23,7 +25,7 @@ from reminder_api.errors import problem
 from reminder_api.openapi import problem_responses
 from reminder_api.routes.reminders import fingerprint, require_profile
 from reminder_api.schedules import parse_schedule_in
-from reminder_api.schemas import ReminderCreate
+from reminder_api.schemas import MAX_REQUEST_ID, ReminderCreate
 from reminder_core.calendar_ics import (
     MAX_IMPORT_EVENTS,
     EventRefusal,
@@ -33,7 +35,7 @@ from reminder_core.calendar_ics import (
     read_events,
 )
 from reminder_core.domain.states import ReminderStatus
-from reminder_core.errors import InvalidInput, NotFound
+from reminder_core.errors import Conflict, InvalidInput, NotFound
 from reminder_core.quotas import Quotas
 from reminder_core.scheduling import zone_for
 from reminder_core.services import reminders as services
@@ -70,6 +72,11 @@ class ImportReport(BaseModel):
 
     created: list[uuid.UUID] = Field(description="The ids of the reminders created.")
     count: int = Field(description="How many were created (the length of `created`).")
+    replayed: bool = Field(
+        default=False,
+        description="True when this answers a replay (same Idempotency-Key and file):"
+        " `created` are the reminders the first import made.",
+    )
 
 
 @router.post(
@@ -200,6 +207,11 @@ ICS_BODY: dict[str, Any] = {
     dependencies=NO_UNKNOWN_QUERY,
     openapi_extra=ICS_BODY,
     responses={
+        200: {
+            "description": "A replay: this Idempotency-Key imported this very file before;"
+            " the reminders it created then, nothing created now.",
+            "model": ImportReport,
+        },
         400: {"description": "The body is not UTF-8, or not an iCalendar object."},
         413: {"description": "The body is over 64 KiB."},
         415: {
@@ -215,12 +227,24 @@ ICS_BODY: dict[str, Any] = {
         **problem_responses(422),
     },
 )
-async def import_reminders(request: Request, user_id: User, ctx: Ctx) -> ImportReport | Response:
+async def import_reminders(
+    request: Request,
+    response: Response,
+    user_id: User,
+    ctx: Ctx,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", min_length=1, max_length=MAX_IMPORT_KEY),
+    ] = None,
+) -> ImportReport | Response:
     """One reminder per event (VEVENT, or VTODO with DTSTART) of an .ics file: DTSTART's
     local time and TZID, RRULE, EXDATEs, SUMMARY as the title ("(no title)" without
     one), DESCRIPTION as the body. Each is validated as `POST /v1/reminders` would; all
     are created in one transaction, or none: a refused event answers 422 with `errors`
-    naming each (`events[i]`, with its UID) and why."""
+    naming each (`events[i]`, with its UID) and why.
+
+    Idempotent on the `Idempotency-Key` header: the same key with the same file answers
+    200 with the reminders the first import created; with another file, 409."""
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media != CALENDAR:
         return problem(
@@ -231,23 +255,71 @@ async def import_reminders(request: Request, user_id: User, ctx: Ctx) -> ImportR
             headers={"Accept": CALENDAR},
             instance=request.url.path,
         )
+    if idempotency_key is not None and "\x00" in idempotency_key:
+        raise InvalidInput("Idempotency-Key", "must not contain NUL characters")
     body = await request.body()
-    return await run_in_threadpool(_import, body, user_id, ctx, request.url.path)
+    report = await run_in_threadpool(_import, body, user_id, ctx, request.url.path, idempotency_key)
+    if isinstance(report, ImportReport) and report.replayed:
+        response.status_code = status.HTTP_200_OK
+    return report
 
 
-def _import(body: bytes, user_id: str, ctx: AppContext, path: str) -> ImportReport | Response:
+#: An import's key names each event's reminder as `<key>#<index>` (at most 500 events).
+MAX_IMPORT_KEY = MAX_REQUEST_ID - 4
+
+
+def _event_key(key: str, index: int) -> str:
+    return f"{key}#{index}"
+
+
+def _replay(
+    conn: Connection, user_id: str, key: str, digest: str, events: int
+) -> ImportReport | None:
+    """The report of an earlier import with `key`, None when there was none.
+
+    Raises:
+        Conflict: `key` imported another file.
+    """
+    found = []
+    for index in range(events):
+        earlier = services.find_replay(
+            conn, user_id=user_id, client_request_id=_event_key(key, index),
+            request_fingerprint=digest,
+        )  # fmt: skip
+        if earlier is None:
+            break
+        found.append(earlier.id)
+    if not found:
+        return None
+    if len(found) != events:
+        raise Conflict("this Idempotency-Key was already used with a different file")
+    return ImportReport(created=found, count=len(found), replayed=True)
+
+
+def _import(
+    body: bytes, user_id: str, ctx: AppContext, path: str, key: str | None
+) -> ImportReport | Response:
     profile = require_profile(ctx, user_id)
     events = read_events(body, floating_zone=zone_for(None, profile))
     now = ctx.clock()
     created: list[uuid.UUID] = []
     refused: list[dict[str, str]] = []
     quotas = Quotas.from_settings(ctx.settings)  # a refusal refuses the whole import
+    digest = "import:" + hashlib.sha256(body).hexdigest()  # the file is the request
     with ctx.connect(user_id) as conn:
+        if key is not None and (earlier := _replay(conn, user_id, key, digest, len(events))):
+            return earlier
         for event in events:
             try:
                 if isinstance(event, EventRefusal):
                     raise InvalidInput(event.field, event.reason)
                 draft = _draft(event, user_id)
+                if key is not None:
+                    draft = dataclasses.replace(
+                        draft,
+                        client_request_id=_event_key(key, event.index),
+                        request_fingerprint=digest,
+                    )
                 zone = zone_for(draft.content.timezone, profile)
                 assert zone is not None  # a profile always has a zone
                 reminder = services.create(

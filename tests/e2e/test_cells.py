@@ -110,9 +110,12 @@ def test_three_cells_deliver_each_users_reminders_once_from_their_own_cell(
         client = httpx.Client(base_url=base, timeout=30)
         tokens = {u: mint_token(Settings(jwt_secret=SECRET), u) for u in USERS}
 
-        def create(user: str, due: datetime, n: int) -> list[str]:
+        def create(user: str, lead_s: int, n: int) -> list[str]:
+            # Each reminder is due lead_s after its own request, so a slow machine
+            # (CI took over 20 s for the 3,000 creates) never sends one in the past.
             ids = []
             for i in range(n):
+                due = (datetime.now(UTC) + timedelta(seconds=lead_s)).replace(microsecond=0)
                 r = client.post(
                     "/v1/reminders",
                     headers={"Authorization": f"Bearer {tokens[user]}"},
@@ -126,9 +129,8 @@ def test_three_cells_deliver_each_users_reminders_once_from_their_own_cell(
                 ids.append(r.json()["id"])
             return ids
 
-        due = (datetime.now(UTC) + timedelta(seconds=20)).replace(microsecond=0)
         with ThreadPoolExecutor(8) as pool:
-            made = dict(zip(USERS, pool.map(lambda u: create(u, due, 10), USERS), strict=True))
+            made = dict(zip(USERS, pool.map(lambda u: create(u, 10, 10), USERS), strict=True))
         assert sum(len(v) for v in made.values()) == 3000
 
         # Where each user lives (the directory is in the first cell), and that each
@@ -168,9 +170,8 @@ def test_three_cells_deliver_each_users_reminders_once_from_their_own_cell(
             proc = procs.procs.pop(name)
             os.killpg(proc.pid, 9)
             proc.wait(10)
-        soon = (datetime.now(UTC) + timedelta(seconds=5)).replace(microsecond=0)
         with ThreadPoolExecutor(8) as pool:
-            more = dict(zip(USERS, pool.map(lambda u: create(u, soon, 1), USERS), strict=True))
+            more = dict(zip(USERS, pool.map(lambda u: create(u, 5, 1), USERS), strict=True))
         c_users = [u for u, c in home.items() if c == "c"]
 
         def others_sent() -> bool:
@@ -182,8 +183,11 @@ def test_three_cells_deliver_each_users_reminders_once_from_their_own_cell(
         wait_for(others_sent, 90, "cells a and b to deliver with cell c down")
         waiting = {more[u][0] for u in c_users}
         assert not waiting & sent_ids(engines["c"]).keys()
-        assert count(engines["c"], "SELECT count(*) FROM reminders WHERE status = 'pending'"
-                     " AND next_run_utc <= now()") == len(c_users)  # fmt: skip
+        due_in_c = (
+            "SELECT count(*) FROM reminders WHERE status = 'pending' AND next_run_utc <= now()"
+        )
+        wait_for(lambda: count(engines["c"], due_in_c) >= len(c_users), 30, "cell c's to be due")
+        assert count(engines["c"], due_in_c) == len(c_users)
 
         # Back up: cell c catches up, each once.
         procs.start("coordinator-c", "coordinator", "--cell", "c")

@@ -443,3 +443,26 @@ def test_import_skips_a_byte_order_mark_and_titles_an_untitled_event(
         client.get(f"{URL}/{i}", headers=alice).json()["title"] for i in resp.json()["created"]
     ]
     assert titles == ["Good", "(no title)"]
+
+
+def test_import_is_idempotent_on_its_key(
+    client: TestClient, db: Engine, alice: dict[str, str], bob: dict[str, str]
+) -> None:
+    # Found by a trial: the same file posted twice with one Idempotency-Key made every
+    # reminder twice. As for POST /v1/reminders: same key and body → the first answer.
+    ics = vcalendar(GOOD, "UID:two\r\nDTSTART:20300106T090000Z\r\nSUMMARY:Two")
+    keyed = alice | ICS | {"Idempotency-Key": "import-1"}
+    first = client.post(IMPORT, content=ics, headers=keyed)
+    assert first.status_code == 201, first.text
+    assert first.json()["replayed"] is False
+    before = table_counts(db)
+    again = client.post(IMPORT, content=ics, headers=keyed)
+    assert again.status_code == 200, again.text
+    assert again.json()["created"] == first.json()["created"]
+    assert again.json()["replayed"] is True
+    other = vcalendar("UID:x\r\nDTSTART:20300107T090000Z\r\nSUMMARY:Other")
+    problem_of(client.post(IMPORT, content=other, headers=keyed), 409)
+    assert table_counts(db) == before
+    # Another user's key space is their own.
+    bobs = client.post(IMPORT, content=ics, headers=keyed | bob)
+    assert bobs.status_code == 201, bobs.text

@@ -357,7 +357,18 @@ def prepare(client: TestClient, headers: dict[str, str], limit: Limit) -> str:
     return limit.path.replace("{reminder_id}", rid)
 
 
+#: A one-event calendar for the limits of `POST /v1/reminders:import` (its body is .ics).
+ONE_EVENT = (
+    b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//tests//EN\r\nBEGIN:VEVENT\r\nUID:lim\r\n"
+    b"DTSTART:20300105T090000Z\r\nSUMMARY:Limits\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+)
+
+
 def send(client: TestClient, headers: dict[str, str], limit: Limit, value: Any) -> Any:
+    if limit.path == "/v1/reminders:import":
+        assert limit.where == "header"
+        calendar = {"Content-Type": "text/calendar", limit.field: value}
+        return client.post(limit.path, content=ONE_EVENT, headers=headers | calendar)
     url = prepare(client, headers, limit)
     body: dict[str, Any] | None = None
     if limit.method in ("post", "patch") and "{reminder_id}" not in limit.path:
