@@ -18,11 +18,12 @@ from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
 from reminder_core.cell_directory import CellRouting
-from reminder_core.errors import Forbidden, InvalidInput
+from reminder_core.errors import Forbidden, InvalidInput, UserMoving
 from reminder_core.profiles import ProfileSource
 from reminder_core.queue import Queue, open_queue
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
+from reminder_core.store import cell_moves
 from reminder_core.tokens import ADMIN_SCOPE, Principal, TokenError, verify_principal
 
 
@@ -80,21 +81,42 @@ class AppContext:
             return [self.engine]
         return [engine for _, engine in self.cells.all_engines()]
 
-    def connect(self, user_id: str | None = None) -> Connection:
+    def connect(self, user_id: str | None = None, *, reads_only: bool = False) -> Connection:
         """A pooled connection for one request, used as `with ctx.connect(user_id) as conn:`
         inside the (sync) route, so that checkout, queries and return to the pool happen
         in the route's worker thread: one thread hop per request, and the event loop never
         waits on the pool or the database. The route commits; anything not committed (an
         error) is rolled back when the connection goes back to the pool.
 
+        With CELLS, a request that may write first takes the user's shared move lock and
+        reads their move marker in the transaction it then writes in (docs/design.md,
+        "Moving a user between cells"): a user being moved gets UserMoving instead of a
+        write to a cell being emptied, and is looked up afresh in the directory next time.
+
         Args:
             user_id: whose data the request reads or writes: the connection is to their
                 cell (`engine_for`).
+            reads_only: the request writes nothing (no move lock, no marker read: a
+                reader during a move sees the rows as frozen).
 
         Raises:
+            UserMoving: the user is being moved between cells (answered 503).
             sqlalchemy.exc.OperationalError: the database cannot be reached (answered 503).
         """
-        return self.engine_for(user_id).connect()
+        conn = self.engine_for(user_id).connect()
+        if self.cells is None or user_id is None or reads_only:
+            return conn
+        try:
+            cell_moves.lock_shared(conn, user_id=user_id)
+            marker = cell_moves.get(conn, user_id=user_id)
+        except BaseException:
+            conn.close()
+            raise
+        if marker is not None:
+            conn.close()
+            self.cells.directory.forget(user_id)
+            raise UserMoving(user_id, marker.to_cell)
+        return conn
 
 
 P = ParamSpec("P")

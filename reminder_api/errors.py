@@ -28,6 +28,7 @@ from reminder_core.errors import (
     ProfileDataError,
     QuotaExceeded,
     Unauthenticated,
+    UserMoving,
 )
 from reminder_core.metrics import API_LIMITED
 from reminder_core.tokens import TokenError, verify_token
@@ -344,6 +345,8 @@ def install_error_handlers(app: FastAPI) -> None:
             "Service unavailable",
             exc.detail
             if isinstance(exc, ProfileDataError)  # broken profile data: say what is broken
+            else str(exc)
+            if isinstance(exc, UserMoving)
             else f"a dependency ({dependency}) is unavailable; retry shortly",
             kind="unavailable",
             headers={"Retry-After": "5"},

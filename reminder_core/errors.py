@@ -155,6 +155,21 @@ class InfrastructureError(ReminderError):
         self.dependency = dependency
 
 
+class UserMoving(InfrastructureError):
+    """The user's rows are being moved to another cell (`reminders cells move`): their
+    writes are refused for the few seconds the move takes (answered 503 with
+    Retry-After; docs/design.md, "Moving a user between cells")."""
+
+    def __init__(self, user_id: str, to_cell: str) -> None:
+        super().__init__(
+            f"this user's reminders are being moved to another cell ({to_cell}); retry"
+            " in a few seconds",
+            dependency="the user's cell",
+        )
+        self.user_id = user_id
+        self.to_cell = to_cell
+
+
 class ProfileDataError(InfrastructureError):
     """The profile source answered, but the user's profile cannot be used (an unknown
     timezone, no usable email): broken data, not an unknown user. Retried like any

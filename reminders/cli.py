@@ -1,5 +1,5 @@
 """`reminders` CLI (typer): api, coordinator, sweeper, sender, maintenance, dev, migrate,
-token, dlq, queue, status; the API's client commands (create, list, show, edit, pause,
+token, dlq, queue, status, cells; the API's client commands (create, list, show, edit, pause,
 resume, cancel, preview, login, logout: reminders/api_commands.py) and users."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from coordinator.maintenance.command import maintenance
 from outbox_sweeper.command import sweeper
 from reminder_api.command import Host, Port, api
 from reminders import api_commands
+from reminders.cells import cells
 from reminders.users import users
 from sender.command import sender
 
@@ -43,6 +44,7 @@ app.command()(sender)
 app.command()(maintenance)
 api_commands.register(app)
 app.add_typer(users, name="users")
+app.add_typer(cells, name="cells")
 
 
 dlq = typer.Typer(help="Inspect, replay or purge the dead-letter queue.", no_args_is_help=True)

@@ -44,6 +44,7 @@ OTHER_TABLES = (
     "webhook_endpoints",
     "cell_assignments",
     "cell_loads",
+    "cell_moves",
 )
 JWT_SECRET = "test-secret-" + "x" * 40
 
@@ -140,6 +141,13 @@ def database_url(admin_url: str, pytestconfig: pytest.Config) -> Iterator[str]:
     template = _run_values(pytestconfig)[TEMPLATE_KEY]
     with fresh_database(admin_url, "reminders_test", template=template) as (url, _):
         yield url
+
+
+@pytest.fixture(scope="session")
+def template_database(pytestconfig: pytest.Config) -> str:
+    """The name of the run's migrated template database (`fresh_database(...,
+    template=...)` copies it in a moment)."""
+    return _run_values(pytestconfig)[TEMPLATE_KEY]
 
 
 @pytest.fixture(scope="session")

@@ -159,9 +159,12 @@ def calendar_feed(request: Request, ctx: Ctx) -> Response:
     for engine in ctx.each_engine() if len(secret) <= 100 else ():  # the secret's cell
         with engine.connect() as conn:
             user_id = calendar_feeds.find(conn, secret=secret)
-            if user_id is not None:
+        if user_id is not None:
+            # Two cells hold the feed while its user is moved between them: the
+            # directory's is the user's (the other's rows are frozen or about to go).
+            with ctx.engine_for(user_id).connect() as conn:
                 reminders = _feed_reminders(conn, user_id)
-                break
+            break
     if user_id is None:
         raise NotFound("no calendar feed at this URL (unknown, rotated or revoked)")
     profile = ctx.profiles.get(user_id) if any(r.timezone is None for r in reminders) else None

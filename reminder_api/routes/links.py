@@ -115,7 +115,7 @@ def show_link(token: str, ctx: Ctx) -> HTMLResponse:
         claims = _verified(ctx, token)
     except LinkError as exc:
         return _refused(exc)
-    with ctx.connect(claims.user_id) as conn:
+    with ctx.connect(claims.user_id, reads_only=True) as conn:
         reminder = store.get(conn, user_id=claims.user_id, reminder_id=claims.reminder_id)
     if reminder is None:
         return _page(404, "This reminder no longer exists", "Nothing was changed.")

@@ -338,7 +338,7 @@ def list_reminders(
     ] = None,
 ) -> ReminderPage:
     """The user's reminders, newest first; `next_cursor` is null on the last page."""
-    with ctx.connect(user_id) as conn:
+    with ctx.connect(user_id, reads_only=True) as conn:
         before = decode_cursor(cursor) if cursor else None
         rows = store.list_page(
             conn, user_id=user_id, limit=limit + 1, before=before, statuses=status_
@@ -372,7 +372,7 @@ def get_reminder(
     reminder_id: uuid.UUID, response: Response, user_id: User, ctx: Ctx
 ) -> ReminderOut:
     """One reminder of the user; another user's id answers 404."""
-    with ctx.connect(user_id) as conn:
+    with ctx.connect(user_id, reads_only=True) as conn:
         r = _get(conn, user_id, reminder_id)
         response.headers["ETag"] = etag(r)
         return to_out(r)
@@ -634,7 +634,7 @@ def list_occurrences(
     """The next `limit` occurrences (from next_run_utc; for a paused reminder, from now),
     each with its UTC instant, local wall time with offset and DST flags. A finished or
     cancelled reminder has none."""
-    with ctx.connect(user_id) as conn:
+    with ctx.connect(user_id, reads_only=True) as conn:
         r = _get(conn, user_id, reminder_id)
         zone = zone_of(ctx, user_id, r.timezone)
         if r.status not in LIVE or r.next_run_utc is None:
@@ -662,7 +662,7 @@ def list_deliveries(
     """What happened to each occurrence, newest first: its state (including `bounced`,
     `complained` and `suppressed`), provider, attempts, error and when it was sent.
     `next_cursor` is null on the last page; another user's reminder answers 404."""
-    with ctx.connect(user_id) as conn:
+    with ctx.connect(user_id, reads_only=True) as conn:
         _get(conn, user_id, reminder_id)
         before = _decode_run_time(cursor) if cursor else None
         rows = delivery_log.list_page(conn, reminder_id=reminder_id, limit=limit + 1, before=before)

@@ -97,7 +97,7 @@ def create_endpoint(payload: WebhookEndpointIn, user_id: User, ctx: Ctx) -> Webh
 @in_worker_thread
 def list_endpoints(user_id: User, ctx: Ctx) -> list[WebhookEndpointOut]:
     """The user's endpoints, oldest first."""
-    with ctx.connect(user_id) as conn:
+    with ctx.connect(user_id, reads_only=True) as conn:
         return [_out(r) for r in webhook_endpoints.list_for(conn, user_id=user_id)]
 
 

@@ -446,3 +446,19 @@ class CellLoad(Base):
 
     cell: Mapped[str] = mapped_column(Text, primary_key=True)
     users: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+
+
+class CellMove(Base):
+    """A user being moved between cells (docs/design.md, "Moving a user between cells";
+    migration 0014): present in both cells' databases while `reminders cells move` runs.
+    An API write of the user reads it (after the user's shared move lock) and answers 503
+    instead of writing; maintenance does not resume their suppression-paused reminders."""
+
+    __tablename__ = "cell_moves"
+
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    from_cell: Mapped[str] = mapped_column(Text)
+    to_cell: Mapped[str] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (CheckConstraint("from_cell <> to_cell", name="two_cells"),)

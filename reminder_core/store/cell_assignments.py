@@ -24,3 +24,15 @@ def insert(conn: Connection, *, user_id: str, cell: str, now: datetime) -> bool:
         query("cell_assignment_insert"), {"user_id": user_id, "cell": cell, "now": now}
     ).first()
     return row is not None
+
+
+def move(conn: Connection, *, user_id: str, from_cell: str, to_cell: str, now: datetime) -> bool:
+    """Point `user_id` at `to_cell` where they live in `from_cell`; False when they do
+    not (already switched, or elsewhere) (`cell_assignment_move`).
+
+    Side effects: row-locks the user's assignment until the transaction ends."""
+    row = conn.execute(
+        query("cell_assignment_move"),
+        {"user_id": user_id, "from_cell": from_cell, "to_cell": to_cell, "now": now},
+    ).first()
+    return row is not None

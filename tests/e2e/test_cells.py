@@ -84,7 +84,7 @@ def test_three_cells_deliver_each_users_reminders_once_from_their_own_cell(
     )  # fmt: skip
     assert migrated.returncode == 0, migrated.stderr
     for engine in engines.values():  # every cell, not only the first
-        assert count(engine, "SELECT count(*) FROM alembic_version WHERE version_num = '0013'")
+        assert count(engine, "SELECT count(*) FROM alembic_version WHERE version_num = '0014'")
 
     # A worker without its cell is a configuration error (exit 2), not a silent default.
     lost = subprocess.run(

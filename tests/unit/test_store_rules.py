@@ -30,6 +30,7 @@ ENTITY = {
     "webhook_endpoints": "webhook_endpoint",
     "cell_assignments": "cell_assignment",
     "cell_loads": "cell_load",
+    "cell_moves": "cell_move",
     "transaction": "transaction",
 }
 

@@ -12,3 +12,11 @@ INSERT INTO cell_assignments (user_id, cell, assigned_at)
 VALUES (:user_id, :cell, :now)
 ON CONFLICT (user_id) DO NOTHING
 RETURNING cell;
+
+-- name: cell_assignment_move
+-- Point :user_id at :to_cell, where they still live in :from_cell (no row otherwise: the
+-- switch was made before, or they live elsewhere).
+UPDATE cell_assignments
+SET cell = :to_cell, assigned_at = :now
+WHERE user_id = :user_id AND cell = :from_cell
+RETURNING cell;

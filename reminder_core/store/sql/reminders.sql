@@ -342,11 +342,14 @@ WHERE status = 'paused' AND suppressed_address = :email
 ORDER BY id;
 
 -- name: reminder_lock_many_suppressed
--- Reminders about to resume, locked in id order, still paused by a suppression.
+-- Reminders about to resume, locked in id order, still paused by a suppression; not
+-- those of a user being moved to another cell (cell_moves: resumed here, they could be
+-- sent from the old cell after their copy; the new cell's maintenance checks them).
 SELECT id, user_id, timezone, rrule, next_run_utc, start_local, all_day, exdates,
        dst_nonexistent, dst_ambiguous, suppressed_address
-FROM reminders
+FROM reminders AS r
 WHERE id = ANY(CAST(:ids AS uuid[])) AND status = 'paused' AND suppressed_address IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM cell_moves AS m WHERE m.user_id = r.user_id)
 ORDER BY id
 FOR UPDATE;
 

@@ -1,0 +1,139 @@
+-- Statements of a user's move between cells (docs/design.md, "Moving a user between
+-- cells"; issue 18): the `cell_moves` marker, the user's advisory lock (key space 18),
+-- the freeze, drain and resume of their reminders, and the copy of their rows. Typed
+-- wrappers: reminder_core/store/cell_moves.py.
+
+-- name: cell_move_lock
+-- Wait for every API write of :user_id in progress in this cell to end, then keep new
+-- ones out until this transaction ends.
+SELECT pg_advisory_xact_lock(18, hashtext(:user_id));
+
+-- name: cell_move_lock_shared
+-- Taken by each API write of :user_id before it reads the marker: a move's marker
+-- committed while it waited is then seen by the next statement.
+SELECT pg_advisory_xact_lock_shared(18, hashtext(:user_id));
+
+-- name: cell_move_get
+SELECT from_cell, to_cell, started_at FROM cell_moves WHERE user_id = :user_id;
+
+-- name: cell_move_insert
+-- Mark :user_id as moving; an existing marker is kept (a resumed move): read it back.
+INSERT INTO cell_moves (user_id, from_cell, to_cell, started_at)
+VALUES (:user_id, :from_cell, :to_cell, :now)
+ON CONFLICT (user_id) DO NOTHING;
+
+-- name: cell_move_delete
+DELETE FROM cell_moves WHERE user_id = :user_id;
+
+-- name: cell_move_pause
+-- Freeze :user_id's reminders where they are, as paused: pending ones (paused_reason
+-- 'cell-move'), and claims held by quiet hours past :held_after whose delivery row no
+-- sender holds a live lease on ('cell-move-held': the hold's message comes back after
+-- the copy, and the copied delivery row keeps held_until).
+-- next_run_utc is kept: resumed, a due occurrence is claimed at once, under its misfire
+-- policy. Run again until nothing is in flight: a claim that finishes meanwhile comes
+-- back pending.
+UPDATE reminders AS r
+SET paused_reason = CASE r.status WHEN 'pending' THEN 'cell-move' ELSE 'cell-move-held' END,
+    status = 'paused', claimed_by = NULL, claimed_at = NULL, version = r.version + 1,
+    updated_at = :now
+WHERE r.user_id = :user_id
+  AND (r.status = 'pending'
+       OR (r.status = 'claimed' AND r.held_until > :held_after
+           AND NOT EXISTS (
+               SELECT 1 FROM delivery_log AS d
+               WHERE d.reminder_id = r.id AND d.run_time_utc = r.next_run_utc
+                 AND d.status = 'sending' AND d.locked_at > :lease_cutoff)))
+RETURNING r.id;
+
+-- name: cell_move_in_flight
+-- What still keeps :user_id's move from copying: reminders claimed, and delivery rows a
+-- sender holds under a live lease.
+SELECT (SELECT count(*) FROM reminders WHERE user_id = :user_id AND status = 'claimed')
+           AS claimed,
+       (SELECT count(*) FROM delivery_log
+        WHERE user_id = :user_id AND status = 'sending' AND locked_at > :lease_cutoff)
+           AS sending;
+
+-- name: cell_move_resume
+-- In the new cell, after the switch: every reminder cell_move_pause froze is pending
+-- (a held claim is claimed anew there: its old message belongs to the old cell).
+UPDATE reminders
+SET status = 'pending', paused_reason = NULL, version = version + 1, updated_at = :now
+WHERE user_id = :user_id AND status = 'paused'
+  AND paused_reason IN ('cell-move', 'cell-move-held')
+RETURNING id;
+
+-- name: cell_move_undo
+-- In the old cell, when the move is abandoned before the switch: each frozen reminder
+-- back as it was (a held claim claimed again, by 'cell-move' from :now, its message still
+-- in this cell's queue; the claim rescuer counts from its hold's end).
+UPDATE reminders
+SET status = CASE paused_reason WHEN 'cell-move' THEN 'pending' ELSE 'claimed' END,
+    claimed_by = CASE paused_reason WHEN 'cell-move' THEN NULL ELSE 'cell-move' END,
+    claimed_at = CASE paused_reason WHEN 'cell-move' THEN NULL ELSE :now END,
+    paused_reason = NULL, version = version + 1, updated_at = :now
+WHERE user_id = :user_id AND status = 'paused'
+  AND paused_reason IN ('cell-move', 'cell-move-held')
+RETURNING id;
+
+-- name: cell_move_summary
+-- A fingerprint of :user_id's rows: counts, and digests of (id, status, version) of the
+-- reminders and (id, status) of the delivery rows, to compare two cells.
+SELECT (SELECT count(*) FROM reminders WHERE user_id = :user_id) AS reminders,
+       (SELECT coalesce(md5(string_agg(id::text || ':' || status || ':' || version, ','
+                                       ORDER BY id)), '')
+        FROM reminders WHERE user_id = :user_id) AS reminders_digest,
+       (SELECT count(*) FROM delivery_log WHERE user_id = :user_id) AS deliveries,
+       (SELECT coalesce(md5(string_agg(id::text || ':' || status, ',' ORDER BY id)), '')
+        FROM delivery_log WHERE user_id = :user_id) AS deliveries_digest,
+       (SELECT count(*) FROM calendar_feeds WHERE user_id = :user_id) AS calendar_feeds,
+       (SELECT count(*) FROM webhook_endpoints WHERE user_id = :user_id) AS webhook_endpoints;
+
+-- name: cell_move_export_reminders
+SELECT CAST(coalesce(json_agg(t), '[]') AS text) FROM reminders AS t WHERE t.user_id = :user_id;
+
+-- name: cell_move_export_delivery_log
+SELECT CAST(coalesce(json_agg(t), '[]') AS text) FROM delivery_log AS t WHERE t.user_id = :user_id;
+
+-- name: cell_move_export_calendar_feeds
+SELECT CAST(coalesce(json_agg(t), '[]') AS text) FROM calendar_feeds AS t WHERE t.user_id = :user_id;
+
+-- name: cell_move_export_webhook_endpoints
+SELECT CAST(coalesce(json_agg(t), '[]') AS text) FROM webhook_endpoints AS t WHERE t.user_id = :user_id;
+
+-- name: cell_move_import_webhook_endpoints
+-- The rows of cell_move_export_* written as they were (same ids), in the table's
+-- column order; both cells are at the same migration (checked first).
+INSERT INTO webhook_endpoints
+SELECT * FROM json_populate_recordset(NULL::webhook_endpoints, CAST(:rows AS json));
+
+-- name: cell_move_import_reminders
+-- One statement: a snooze's snoozed_from names a reminder of the same user, checked at
+-- its end.
+INSERT INTO reminders
+SELECT * FROM json_populate_recordset(NULL::reminders, CAST(:rows AS json));
+
+-- name: cell_move_import_delivery_log
+INSERT INTO delivery_log
+SELECT * FROM json_populate_recordset(NULL::delivery_log, CAST(:rows AS json));
+
+-- name: cell_move_import_calendar_feeds
+INSERT INTO calendar_feeds
+SELECT * FROM json_populate_recordset(NULL::calendar_feeds, CAST(:rows AS json));
+
+-- name: cell_move_delete_reminders
+-- With their delivery rows (ON DELETE CASCADE).
+DELETE FROM reminders WHERE user_id = :user_id;
+
+-- name: cell_move_delete_webhook_endpoints
+DELETE FROM webhook_endpoints WHERE user_id = :user_id;
+
+-- name: cell_move_delete_calendar_feeds
+DELETE FROM calendar_feeds WHERE user_id = :user_id;
+
+-- name: cell_move_delete_rate_limits
+DELETE FROM rate_limits WHERE user_id = :user_id;
+
+-- name: cell_move_schema_version
+SELECT version_num FROM alembic_version;
