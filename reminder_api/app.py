@@ -128,7 +128,11 @@ def create_app(
     app.include_router(admin.router)
     app.include_router(
         build_router(
-            WebhookConfig.from_settings(settings), engine=engine, clock=clock, http=webhook_http
+            WebhookConfig.from_settings(settings),
+            engine=engine,
+            clock=clock,
+            http=webhook_http,
+            cells=cells,
         )
     )
     mount_console(app)  # the web console under /console (docs/console.md)

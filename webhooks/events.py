@@ -3,6 +3,7 @@ that `webhooks.apply` applies (docs/design.md, "Suppression list")."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -47,6 +48,8 @@ class WebhookEvent:
         occurred_at: aware UTC, when the provider says it happened (None if it does not).
         idempotency_key: our key of the occurrence, from the message tag the sender set
             (`idempotency_key`); ACCEPTED events are found by it (None: absent).
+        cell: the sender's cell, from its `cell` message tag (None: absent, or one
+            cell); the API applies the event in that cell (webhooks.cells).
     """
 
     provider: str
@@ -57,12 +60,20 @@ class WebhookEvent:
     reason: str
     occurred_at: datetime | None = None
     idempotency_key: str | None = None
+    cell: str | None = None
 
 
 #: Longest provider message id taken as evidence (SES's are about 60 characters,
 #: Resend's 36): a longer one is no id of a provider we call, and would not fit the
 #: (provider, provider_message_id) index.
 MAX_MESSAGE_ID = 255
+
+
+def with_cell(events: list[WebhookEvent], cell: str | None) -> list[WebhookEvent]:
+    """`events` with `cell` set (the `cell` tag of the record they came from)."""
+    if cell is None:
+        return events
+    return [dataclasses.replace(e, cell=cell) for e in events]
 
 
 def accepted_events(

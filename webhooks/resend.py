@@ -20,9 +20,9 @@ import base64
 import binascii
 from collections.abc import Mapping
 
-from reminder_core.domain.localtime import KEY_TAG
+from reminder_core.domain.localtime import CELL_TAG, KEY_TAG
 from reminder_core.errors import MalformedBody, Unauthenticated
-from webhooks.events import EventKind, WebhookEvent, accepted_events
+from webhooks.events import EventKind, WebhookEvent, accepted_events, with_cell
 from webhooks.parsing import MAX_EVENT_ID, address, instant, parse_json_object, reason
 
 PROVIDER = "resend"
@@ -106,13 +106,14 @@ def parse_resend_events(event_id: str, body: bytes) -> list[WebhookEvent]:
     """
     document = parse_json_object(body)
     kind_name = document.get("type")
+    data = document.get("data")
+    cell = _tag(data.get("tags"), CELL_TAG) if isinstance(data, dict) else None
     if kind_name in ("email.sent", "email.delivered"):
-        return _accepted(event_id, document)
+        return with_cell(_accepted(event_id, document), cell)
     if kind_name not in ("email.bounced", "email.complained"):
         return []
     if len(event_id) > MAX_EVENT_ID:
         raise MalformedBody(f"svix-id longer than {MAX_EVENT_ID} characters")
-    data = document.get("data")
     if not isinstance(data, dict):
         raise MalformedBody(f"Resend {kind_name} without a data object")
     email_id = data.get("email_id")
@@ -124,7 +125,7 @@ def parse_resend_events(event_id: str, body: bytes) -> list[WebhookEvent]:
     else:
         kind, text = EventKind.COMPLAINT, "complaint"
     occurred_at = instant(document.get("created_at"))
-    return [
+    events = [
         WebhookEvent(
             provider=PROVIDER,
             event_id=event_id if len(recipients) == 1 else f"{event_id}#{index}",
@@ -133,9 +134,11 @@ def parse_resend_events(event_id: str, body: bytes) -> list[WebhookEvent]:
             recipient=address,
             reason=reason(text),
             occurred_at=occurred_at,
+            cell=cell,
         )
         for index, address in enumerate(recipients)
     ]
+    return events
 
 
 def _accepted(event_id: str, document: dict[str, object]) -> list[WebhookEvent]:

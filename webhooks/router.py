@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.concurrency import run_in_threadpool
 
+from reminder_core.cell_directory import CellRouting
 from reminder_core.errors import (
     InfrastructureError,
     MalformedBody,
@@ -23,7 +24,8 @@ from reminder_core.errors import (
     PayloadTooLarge,
 )
 from reminder_core.settings import Settings
-from webhooks.apply import ApplyResult, apply_event, apply_evidence
+from webhooks.apply import ApplyResult, Evidence, apply_event, apply_evidence
+from webhooks.cells import cell_engine
 from webhooks.events import EventKind, WebhookEvent
 from webhooks.postmark import check_basic_auth, parse_postmark_events
 from webhooks.resend import ResendVerifier, parse_resend_events
@@ -148,6 +150,7 @@ def build_router(
     engine: Engine,
     clock: Callable[[], datetime],
     http: httpx.Client | None = None,
+    cells: CellRouting | None = None,
 ) -> APIRouter:
     """The webhook endpoints, answering (errors as RFC 9457 problem+json by the API):
 
@@ -169,6 +172,8 @@ def build_router(
         clock: aware UTC now, for `received_at` and `updated_at`.
         http: client for SNS certificate and SubscribeURL requests (default: a new
             httpx.Client, made only when SNS is configured).
+        cells: with CELLS, the cells: each event is applied in the cell of the delivery
+            it is about (webhooks.cells.cell_engine), one transaction per cell.
 
     Raises:
         ValueError: the Resend secret is not a whsec_<base64> secret.
@@ -187,18 +192,30 @@ def build_router(
     )
     limit = config.max_body_bytes
 
+    def by_cell(events: list[WebhookEvent]) -> list[tuple[Engine, list[WebhookEvent]]]:
+        """The events grouped by the database they are applied in (one with one cell)."""
+        if cells is None:
+            return [(engine, events)]
+        groups: dict[int, tuple[Engine, list[WebhookEvent]]] = {}
+        for event in events:
+            target = cell_engine(cells, event)
+            groups.setdefault(id(target), (target, []))[1].append(event)
+        return list(groups.values())
+
     def apply_all(events: list[WebhookEvent], body: bytes) -> WebhookAnswer:
         if not events:
             return WebhookAnswer(status="ignored", events=0, duplicates=0)
         now = clock()
+        results: list[ApplyResult | Evidence] = []
         try:
-            with engine.begin() as conn:
-                results = [
-                    apply_evidence(conn, e, now=now)
-                    if e.kind is EventKind.ACCEPTED
-                    else apply_event(conn, e, raw_body=body, now=now)
-                    for e in events
-                ]
+            for target, group in by_cell(events):  # one transaction per cell
+                with target.begin() as conn:
+                    results += [
+                        apply_evidence(conn, e, now=now)
+                        if e.kind is EventKind.ACCEPTED
+                        else apply_event(conn, e, raw_body=body, now=now)
+                        for e in group
+                    ]
         except (OperationalError, InterfaceError) as exc:
             raise InfrastructureError(
                 f"database unavailable: {type(exc).__name__}", dependency="the database"

@@ -39,14 +39,14 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from reminder_core.domain.localtime import KEY_HEADER, KEY_TAG
+from reminder_core.domain.localtime import CELL_TAG, KEY_HEADER, KEY_TAG
 from reminder_core.errors import (
     Forbidden,
     InfrastructureError,
     MalformedBody,
     Unauthenticated,
 )
-from webhooks.events import EventKind, WebhookEvent, accepted_events
+from webhooks.events import EventKind, WebhookEvent, accepted_events, with_cell
 from webhooks.parsing import address, instant, parse_json_object, reason
 
 log = logging.getLogger(__name__)
@@ -506,12 +506,13 @@ def parse_ses_events(message: SnsMessage) -> list[WebhookEvent]:
     message_id = mail.get("messageId") if isinstance(mail, dict) else None
     if not isinstance(message_id, str) or not message_id:
         raise MalformedBody(f"SES {kind} without mail.messageId")
+    assert isinstance(mail, dict)
+    cell = _tag(mail.get("tags"), CELL_TAG)  # event publishing records carry the tags
     if kind in ("Send", "Delivery"):
-        assert isinstance(mail, dict)
-        return _accepted(message.message_id, message_id, mail)
+        return with_cell(_accepted(message.message_id, message_id, mail), cell)
     if kind == "Bounce":
-        return _bounces(message.message_id, message_id, document.get("bounce"))
-    return _complaints(message.message_id, message_id, document.get("complaint"))
+        return with_cell(_bounces(message.message_id, message_id, document.get("bounce")), cell)
+    return with_cell(_complaints(message.message_id, message_id, document.get("complaint")), cell)
 
 
 def _accepted(sns_id: str, message_id: str, mail: Mapping[str, object]) -> list[WebhookEvent]:

@@ -148,6 +148,9 @@ def exists(local: datetime, zone: ZoneInfo) -> bool:
 #: The message tag every provider call carries the key in (SES EmailTags, Resend tags);
 #: providers publish it back with their events, so a webhook finds the occurrence.
 KEY_TAG = "idempotency_key"
+#: The message tag naming the sender's cell (with CELLS): a provider webhook is applied
+#: in that cell (webhooks.cells; docs/design.md, "Cells").
+CELL_TAG = "cell"
 #: The header every email carries the key in (SES and SMTP), for tracing.
 KEY_HEADER = "X-Entity-Ref-ID"
 

@@ -14,7 +14,7 @@ import json
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from reminder_core.domain.localtime import KEY_TAG
+from reminder_core.domain.localtime import CELL_TAG, KEY_TAG
 from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
 from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail, SendReceipt
@@ -68,10 +68,12 @@ class ResendProvider:
         read_timeout_s: float = 30.0,
         max_connections: int = 20,
         name: str = "resend",
+        cell: str | None = None,
     ) -> None:
         self._url = base_url.rstrip("/") + "/emails"
         self._api_key = api_key
         self.name = name
+        self._tags = [{"name": CELL_TAG, "value": cell}] if cell is not None else []
         self._client = HttpClient(
             connect_timeout_s=connect_timeout_s,
             read_timeout_s=read_timeout_s,
@@ -95,6 +97,7 @@ class ResendProvider:
             connect_timeout_s=settings.provider_connect_timeout_s,
             read_timeout_s=settings.provider_read_timeout_s,
             max_connections=max(20, settings.sender_concurrency),
+            cell=settings.cell if settings.cells else None,  # a cell's sender tags its cell
         )
 
     def close(self) -> None:
@@ -125,7 +128,9 @@ class ResendProvider:
                     # webhook event (email.sent, ...): how the webhook endpoint finds the
                     # delivery of a send whose sender died before it learnt the answer
                     # (docs/operations.md "Delivery guarantees").
-                    "tags": [{"name": KEY_TAG, "value": idempotency_key}],
+                    # With CELLS, the `cell` tag too: the webhook applies the event
+                    # there (webhooks.cells).
+                    "tags": [{"name": KEY_TAG, "value": idempotency_key}, *self._tags],
                     # Resend's `headers` object: custom header fields (RFC 8058's pair).
                     **({"headers": dict(email.headers)} if email.headers else {}),
                 },

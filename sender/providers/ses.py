@@ -40,7 +40,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
-from reminder_core.domain.localtime import KEY_HEADER, KEY_TAG
+from reminder_core.domain.localtime import CELL_TAG, KEY_HEADER, KEY_TAG
 from reminder_core.errors import (
     DeliveryError,
     PermanentDeliveryError,
@@ -52,7 +52,11 @@ from sender.providers.resend import parse_retry_after
 
 if TYPE_CHECKING:
     from mypy_boto3_sesv2.client import SESV2Client
-    from mypy_boto3_sesv2.type_defs import MessageHeaderTypeDef, SendEmailRequestTypeDef
+    from mypy_boto3_sesv2.type_defs import (
+        MessageHeaderTypeDef,
+        MessageTagTypeDef,
+        SendEmailRequestTypeDef,
+    )
 
 
 #: Rate limits: the message was not taken; a later call may succeed.
@@ -90,15 +94,23 @@ def tag_value(value: str) -> str:
 
 
 def build_send_email_request(
-    email: OutgoingEmail, *, idempotency_key: str, configuration_set: str | None = None
+    email: OutgoingEmail,
+    *,
+    idempotency_key: str,
+    configuration_set: str | None = None,
+    cell: str | None = None,
 ) -> SendEmailRequestTypeDef:
     """The keyword arguments of `sesv2.send_email` for one email (pure).
 
     Subject and both parts are sent as UTF-8 (Charset), so non-ASCII text needs no
     RFC 2047 encoding by the caller; the key goes in `X-Entity-Ref-ID` and the
-    `idempotency_key` tag (see the module docstring).
+    `idempotency_key` tag (see the module docstring), the sender's cell (with CELLS) in
+    the `cell` tag, which SES publishes with the email's events (webhooks.cells).
     """
     headers: list[MessageHeaderTypeDef] = [{"Name": KEY_HEADER, "Value": idempotency_key}]
+    tags: list[MessageTagTypeDef] = [{"Name": KEY_TAG, "Value": tag_value(idempotency_key)}]
+    if cell is not None:  # a cell name (CELL_NAME) is a valid tag value as it is
+        tags.append({"Name": CELL_TAG, "Value": cell})
     headers += [{"Name": name, "Value": value} for name, value in email.headers]
     request: SendEmailRequestTypeDef = {
         "FromEmailAddress": email.sender,
@@ -113,7 +125,7 @@ def build_send_email_request(
                 "Headers": headers,
             }
         },
-        "EmailTags": [{"Name": KEY_TAG, "Value": tag_value(idempotency_key)}],
+        "EmailTags": tags,
     }
     if configuration_set:
         request["ConfigurationSetName"] = configuration_set
@@ -159,11 +171,17 @@ class SesProvider:
     """
 
     def __init__(
-        self, client: SESV2Client, *, configuration_set: str | None = None, name: str = "ses"
+        self,
+        client: SESV2Client,
+        *,
+        configuration_set: str | None = None,
+        name: str = "ses",
+        cell: str | None = None,
     ) -> None:
         self._client = client
         self._configuration_set = configuration_set
         self.name = name
+        self._cell = cell
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SesProvider:
@@ -193,7 +211,8 @@ class SesProvider:
             )
         except NoRegionError as exc:
             raise ValueError("EMAIL_PROVIDER=ses needs SES_REGION (or AWS_REGION)") from exc
-        return cls(client, configuration_set=settings.ses_configuration_set)
+        cell = settings.cell if settings.cells else None  # a cell's sender tags its cell
+        return cls(client, configuration_set=settings.ses_configuration_set, cell=cell)
 
     def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
         """Call SendEmail once; the receipt carries SES's MessageId.
@@ -210,7 +229,10 @@ class SesProvider:
                 or a request botocore refuses to send (invalid parameters).
         """
         request = build_send_email_request(
-            email, idempotency_key=idempotency_key, configuration_set=self._configuration_set
+            email,
+            idempotency_key=idempotency_key,
+            configuration_set=self._configuration_set,
+            cell=self._cell,
         )
         try:
             response = self._client.send_email(**request)

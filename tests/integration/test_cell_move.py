@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,10 +69,17 @@ class Cells:
         return CellMove(directory, lambda cell: engines[cell.name], **options)
 
 
-@pytest.fixture
-def cells(
-    db: Engine, settings: Settings, clock: Clock, admin_url: str, template_database: str
+@contextmanager
+def two_cells(
+    db: Engine,
+    settings: Settings,
+    clock: Clock,
+    admin_url: str,
+    template_database: str,
+    **extra: Any,
 ) -> Iterator[Cells]:
+    """Cells a (the test's database, with the directory) and b (a fresh copy of the
+    template, taking no new users), and the API on both; `extra` settings on top."""
     with fresh_database(admin_url, "reminders_cell_b", template=template_database) as (
         url_b,
         b,
@@ -85,9 +93,11 @@ def cells(
                 ),
                 "cell_cache_ttl_s": TTL_S,
                 "rate_limit_per_minute": 0,
+                **extra,
             }
         )
-        routing = open_cell_routing(configured, db, application_name="test-cell-move")
+        routing = open_cell_routing(configured, db, application_name="test-cells")
+        assert routing is not None
         app = create_app(
             configured,
             db,
@@ -95,10 +105,19 @@ def cells(
             clock=clock,
             cells=routing,
         )
-        with TestClient(app) as client:
-            yield Cells(db, b, configured, client, clock)
-        assert routing is not None
-        routing.close()
+        try:
+            with TestClient(app) as client:
+                yield Cells(db, b, configured, client, clock)
+        finally:
+            routing.close()
+
+
+@pytest.fixture
+def cells(
+    db: Engine, settings: Settings, clock: Clock, admin_url: str, template_database: str
+) -> Iterator[Cells]:
+    with two_cells(db, settings, clock, admin_url, template_database) as c:
+        yield c
 
 
 def rows(engine: Engine, table: str, user_id: str = USER) -> dict[str, dict[str, Any]]:
