@@ -18,7 +18,8 @@ class _Out(BaseModel):
 
 class CheckOut(_Out):
     """One line of `reminders status`: name, label, value (seconds for unit "s"), unit,
-    threshold (None: none), state ("ok", "alert", "info", "unknown"), detail, parts."""
+    threshold (None: none), state ("ok", "alert", "info", "unknown"), detail, parts, and
+    with CELLS the cell it was read in (None: one cell)."""
 
     name: str
     label: str
@@ -28,6 +29,7 @@ class CheckOut(_Out):
     state: str
     detail: str
     parts: dict[str, int]
+    cell: str | None = None
 
 
 class WorkerOut(_Out):

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
 from reminder_core.cell_directory import CellRouting
+from reminder_core.cells import DEFAULT_CELL, cell_settings
 from reminder_core.errors import Forbidden, InvalidInput, UserMoving
 from reminder_core.profiles import ProfileSource
 from reminder_core.queue import Queue, open_queue
@@ -51,6 +52,7 @@ class AppContext:
     #: The queue the workers use (QUEUE_URL), opened on first use by the admin routes
     #: (depth, dead letters, replay); nothing is called over the network before.
     _queue: Queue | None = field(default=None, repr=False)
+    _cell_queues: dict[str, Queue] = field(default_factory=dict, repr=False)
 
     def queue(self) -> Queue:
         """The queue of QUEUE_URL on this context's engine (built once, lazily)."""
@@ -80,6 +82,36 @@ class AppContext:
         if self.cells is None:
             return [self.engine]
         return [engine for _, engine in self.cells.all_engines()]
+
+    def cell_scope(self, cell: str | None) -> tuple[Engine, Queue, Settings]:
+        """The engine, queue and settings (DATABASE_URL, QUEUE_URL, CELL) of one cell, for
+        the operators' routes' `cell` parameter; None: the first cell's (`engine`,
+        `queue()`). Queues are built once per cell, lazily.
+
+        Raises:
+            InvalidInput: (`cell`) no such cell, or a cell named without CELLS (but
+                `default`).
+        """
+        if cell is None or (self.cells is None and cell == DEFAULT_CELL):
+            return self.engine, self.queue(), self.settings
+        if self.cells is None or cell not in self.cells.directory.cells:
+            known = ", ".join(self.cells.directory.cells) if self.cells else DEFAULT_CELL
+            raise InvalidInput("cell", f"no such cell (the cells are: {known})")
+        found = self.cells.directory.cells[cell]
+        engine = self.cells.engine_of(found)
+        queue = self._cell_queues.get(cell)
+        if queue is None:
+            s = self.settings
+            queue = self._cell_queues.setdefault(
+                cell,
+                open_queue(
+                    found.queue_url, engine, max_receive_count=s.max_receive_count,
+                    sqs_endpoint_url=s.sqs_endpoint_url, aws_region=s.aws_region,
+                    sqs_wait_time_s=0,
+                ),
+            )  # fmt: skip
+        settings = cell_settings(self.settings.model_copy(update={"cell": cell}))
+        return engine, queue, settings
 
     def connect(self, user_id: str | None = None, *, reads_only: bool = False) -> Connection:
         """A pooled connection for one request, used as `with ctx.connect(user_id) as conn:`

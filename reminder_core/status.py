@@ -66,6 +66,7 @@ class Check:
         state: the verdict.
         detail: why, in words (the error when unknown; a breakdown).
         parts: a breakdown by kind (failures by delivery status), else empty.
+        cell: with CELLS, the cell it was read in (None: one cell).
     """
 
     name: str
@@ -76,6 +77,7 @@ class Check:
     state: State
     detail: str = ""
     parts: dict[str, int] = field(default_factory=dict)
+    cell: str | None = None
 
 
 def judge(value: float | None, threshold: float | None) -> State:
@@ -127,6 +129,14 @@ class StatusReport:
             "exit_code": self.exit_code,
             "checks": [asdict(c) for c in self.checks],
         }
+
+
+def in_cell(check: Check, cell: str | None) -> Check:
+    """`check` as read in `cell` (with CELLS): `cell` set and the label starting
+    "cell NAME: "; None: unchanged (one cell)."""
+    if cell is None:
+        return check
+    return replace(check, cell=cell, label=f"cell {cell}: {check.label}")
 
 
 def collect_status(

@@ -20,6 +20,7 @@ from sender.command import sender
 if TYPE_CHECKING:
     from reminder_core.dlq import Unreached
     from reminder_core.runtime import Runtime
+    from reminder_core.settings import Settings
 
 app = typer.Typer(
     help="Reminder scheduler: run a workload, or everything at once with `reminders dev`.",
@@ -50,14 +51,44 @@ app.add_typer(cells, name="cells")
 dlq = typer.Typer(help="Inspect, replay or purge the dead-letter queue.", no_args_is_help=True)
 app.add_typer(dlq, name="dlq")
 
+CellOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cell",
+        help="With CELLS: the cell to act on (its database and queue); default CELL, else"
+        " the first cell.",
+    ),
+]
+#: The `--cell` given to the dlq, suppressions or queue group (set by its callback).
+_chosen: dict[str, str | None] = {"cell": None}
 
-def _queue_runtime(application_name: str = "reminders-dlq") -> Runtime:
-    from reminder_core.errors import configuration_errors
-    from reminder_core.logging import configure_logging
-    from reminder_core.runtime import open_runtime
+
+def _choose_cell(cell: CellOption = None) -> None:
+    """Act on one cell of CELLS (`reminders dlq --cell b list`)."""
+    _chosen["cell"] = cell
+
+
+dlq.callback()(_choose_cell)
+
+
+def _settings() -> Settings:
+    """Settings(), with the group's `--cell` as CELL when given."""
     from reminder_core.settings import Settings
 
     settings = Settings()
+    if _chosen["cell"] is not None:
+        settings = settings.model_copy(update={"cell": _chosen["cell"]})
+    return settings
+
+
+def _queue_runtime(
+    application_name: str = "reminders-dlq", settings: Settings | None = None
+) -> Runtime:
+    from reminder_core.errors import configuration_errors
+    from reminder_core.logging import configure_logging
+    from reminder_core.runtime import open_runtime
+
+    settings = settings or _settings()
     configure_logging("WARNING", settings.log_format)
     with configuration_errors():
         return open_runtime(settings, application_name=application_name)
@@ -224,6 +255,7 @@ suppressions_cli = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(suppressions_cli, name="suppressions")
+suppressions_cli.callback()(_choose_cell)
 
 
 @suppressions_cli.command("list")
@@ -300,6 +332,7 @@ def suppressions_remove(
 
 queue_cli = typer.Typer(help="Provision the queue (SQS).", no_args_is_help=True)
 app.add_typer(queue_cli, name="queue")
+queue_cli.callback()(_choose_cell)
 
 
 @queue_cli.command("create")
@@ -309,11 +342,12 @@ def queue_create() -> None:
     MAX_RECEIVE_COUNT. Idempotent: an existing queue gets the current settings. Prints
     both URLs."""
     from reminder_core.boundary import EXIT_UNAVAILABLE
-    from reminder_core.errors import InfrastructureError
+    from reminder_core.cells import process_settings
+    from reminder_core.errors import InfrastructureError, configuration_errors
     from reminder_core.queue.sqs import ensure_queues, sqs_client, sqs_target
-    from reminder_core.settings import Settings
 
-    settings = Settings()
+    with configuration_errors():
+        settings = process_settings(_settings(), worker=False)  # the cell's QUEUE_URL
     if settings.queue_url.startswith(("postgres://", "postgresql://")):
         typer.echo(
             f"QUEUE_URL {settings.queue_url} is the PostgreSQL table queue: it comes with"
@@ -347,9 +381,11 @@ def status(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the report as JSON (for scripts).")
     ] = False,
+    cell: CellOption = None,
 ) -> None:
     """Lags, backlog, outbox, queue and DLQ depth, breakers and last-hour failures, each
-    against its threshold (ALERT_* settings), read from the database and the queue.
+    against its threshold (ALERT_* settings), read from the database and the queue. With
+    CELLS: every cell's, each check named for its cell (`--cell NAME`: that one only).
 
     Exit status: 0 everything within its threshold; 1 something over its threshold
     (ALERT); 2 nothing over, but something could not be read (UNKNOWN).
@@ -358,14 +394,32 @@ def status(
 
     from rich.console import Console
 
+    from reminder_core.cells import cells_of
     from reminder_core.clock import utcnow
-    from reminders.status import collect_status, render
+    from reminder_core.errors import configuration_errors
+    from reminder_core.status import StatusReport
+    from reminders.status import collect_status, in_cell, render
 
-    rt = _queue_runtime("reminders-status")
-    try:
-        report = collect_status(rt.engine, rt.queue, rt.settings, now=utcnow())
-    finally:
-        rt.close()
+    _chosen["cell"] = cell
+    settings = _settings()
+    with configuration_errors():
+        names = (
+            [c.name for c in cells_of(settings)]
+            if settings.cells and settings.cell is None
+            else [None]
+        )
+    now = utcnow()
+    checks = []
+    for name in names:
+        one = settings if name is None else settings.model_copy(update={"cell": name})
+        rt = _queue_runtime("reminders-status", one)
+        try:
+            part = collect_status(rt.engine, rt.queue, rt.settings, now=now)
+        finally:
+            rt.close()
+        label = one.cell if one.cells else None  # one cell: unlabelled, as before
+        checks += [in_cell(c, label) for c in part.checks]
+    report = StatusReport(now, checks)
     if json_output:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -3,12 +3,22 @@ workers against the ALERT_* thresholds), printed as a table or JSON."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from rich.console import Console
 from rich.table import Table
 
-from reminder_core.status import State, StatusReport, collect_status
+from reminder_core.status import Check, State, StatusReport, collect_status
 
-__all__ = ["collect_status", "render"]
+__all__ = ["collect_status", "in_cell", "render"]
+
+
+def in_cell(check: Check, cell: str | None) -> Check:
+    """`check` as read in `cell` (with CELLS): its label starts "cell NAME: "; None: as
+    it is (one cell)."""
+    if cell is None:
+        return check
+    return dataclasses.replace(check, cell=cell, label=f"cell {cell}: {check.label}")
 
 
 # --- rendering ------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """/v1/admin: what an operator (SRE) looks at and acts on, for the console's SRE pages; every
 route needs a token with the `reminders:admin` scope (`reminders token --admin`; 403
 otherwise). The figures are those of `reminders status` (reminder_core.status), the
-actions those of the CLI: a replay here is `reminders dlq replay` (reminder_core.dlq.replay,
-which never resends a delivered occurrence), a removal `reminders suppressions remove`."""
+actions those of the CLI, each for one cell with CELLS (`?cell=NAME`, default the first):
+a replay here is `reminders dlq replay` (reminder_core.dlq.replay, which never resends a
+delivered occurrence), a removal `reminders suppressions remove`."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from reminder_core.errors import InvalidInput
 from reminder_core.messages import MalformedMessage, OccurrenceMessage
 from reminder_core.queue import DeadLetter
 from reminder_core.scheduling import ScheduleConfig
-from reminder_core.status import collect_status, live_workers
+from reminder_core.status import StatusReport, collect_status, in_cell, live_workers
 from reminder_core.store import delivery_log, worker_heartbeats
 from reminder_core.store.worker_heartbeats import WorkerRow
 from reminder_core.suppression import list_suppressions, remove_suppression
@@ -44,6 +45,12 @@ router = APIRouter(
 )
 
 Ctx = Annotated[AppContext, Depends(context)]
+#: With CELLS, the cell a route reads or acts on (default: the first; docs/design.md,
+#: "Cells"). An unknown cell is a 422 naming `cell`.
+CellQuery = Annotated[
+    str | None,
+    Query(max_length=32, description="With CELLS: the cell (default: the first one)."),
+]
 
 #: Workers listed by the overview: those seen in the last hour.
 WORKERS_WINDOW_S = 3600.0
@@ -63,14 +70,17 @@ def _worker_out(row: WorkerRow, live: bool) -> WorkerOut:
 
 @router.get("/overview", response_model=OverviewOut)
 @in_worker_thread
-def overview(ctx: Ctx) -> OverviewOut:
+def overview(ctx: Ctx, cell: CellQuery = None) -> OverviewOut:
     """Every check of `reminders status` (next_run_lag, oldest pending age, due backlog,
     outbox, delivery lag p99 and failures of the last hour, queue and DLQ depth, breakers,
     live workers per role) with its threshold and verdict, and the workers (one per loop
     of each process) seen in the last hour, live or not."""
     now = ctx.clock()
-    report = collect_status(ctx.engine, ctx.queue(), ctx.settings, now=now)
-    with ctx.connect() as conn:
+    engine, queue, settings = ctx.cell_scope(cell)
+    report = collect_status(engine, queue, settings, now=now)
+    if ctx.cells is not None:
+        report = StatusReport(report.checked_at, [in_cell(c, settings.cell) for c in report.checks])
+    with engine.connect() as conn:
         rows = worker_heartbeats.list_since(conn, since=now - timedelta(seconds=WORKERS_WINDOW_S))
     live = {
         r.id for r in live_workers(rows, now=now, stale_after_s=ctx.settings.worker_stale_after_s)
@@ -91,6 +101,7 @@ def delivery_lag(
     ctx: Ctx,
     window_s: Annotated[int, Query(ge=60, le=MAX_LAG_WINDOW_S)] = 3600,
     bucket_s: Annotated[int, Query(ge=MIN_LAG_BUCKET_S, le=MAX_LAG_WINDOW_S)] = 60,
+    cell: CellQuery = None,
 ) -> DeliveryLagOut:
     """Delivery lag (sent_at - run_time_utc) p50/p90/p99/max and the count sent, per
     `bucket_s`-second bucket over the last `window_s` seconds, from the delivery log (so
@@ -101,7 +112,7 @@ def delivery_lag(
         raise InvalidInput("bucket_s", "must split window_s into 1 to 1,440 buckets")
     until = ctx.clock()
     since = until - timedelta(seconds=window_s)
-    with ctx.connect() as conn:
+    with ctx.cell_scope(cell)[0].connect() as conn:
         buckets = delivery_log.lag_by_bucket(conn, since=since, until=until, bucket_s=bucket_s)
     return DeliveryLagOut(
         since=since,
@@ -139,21 +150,23 @@ def _dead_letter_out(letter: DeadLetter) -> DeadLetterOut:
 @router.get("/dead-letters", response_model=list[DeadLetterOut])
 @in_worker_thread
 def dead_letters(
-    ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 100, cell: CellQuery = None
 ) -> list[DeadLetterOut]:
     """The dead letters, oldest first (as `reminders dlq list --json`)."""
-    return [_dead_letter_out(d) for d in list_dead_letters(ctx.queue(), limit=limit)]
+    queue = ctx.cell_scope(cell)[1]
+    return [_dead_letter_out(d) for d in list_dead_letters(queue, limit=limit)]
 
 
 @router.post("/dead-letters:replay", response_model=ReplayOut)
 @in_worker_thread
-def replay_dead_letters(body: ReplayIn, ctx: Ctx) -> ReplayOut:
+def replay_dead_letters(body: ReplayIn, ctx: Ctx, cell: CellQuery = None) -> ReplayOut:
     """Send dead letters back to the queue, as `reminders dlq replay`: an occurrence
     delivered meanwhile is dropped, never sent again; ids not in the dead-letter queue
     are listed in `missing_ids` (nothing else changes for them); letters another reader
     holds are counted in `held` (not waited for: ask again)."""
+    engine, queue, _ = ctx.cell_scope(cell)
     report = replay(
-        ctx.engine, ctx.queue(), body.ids, now=ctx.clock(),
+        engine, queue, body.ids, now=ctx.clock(),
         lease_s=ctx.settings.delivery_lease_s, wait_s=0.0,
     )  # fmt: skip
     return ReplayOut(
@@ -168,11 +181,11 @@ def replay_dead_letters(body: ReplayIn, ctx: Ctx) -> ReplayOut:
 @router.get("/suppressions", response_model=list[SuppressionOut])
 @in_worker_thread
 def suppressions(
-    ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 100, cell: CellQuery = None
 ) -> list[SuppressionOut]:
     """The suppression list, newest first, with the reminders each address holds paused
     (as `reminders suppressions list`)."""
-    with ctx.connect() as conn:
+    with ctx.cell_scope(cell)[0].connect() as conn:
         entries = list_suppressions(conn, limit=limit)
     return [
         SuppressionOut(
@@ -191,7 +204,7 @@ def suppressions(
 @router.delete("/suppressions/{email}", response_model=SuppressionRemovedOut)
 @in_worker_thread
 def remove_from_suppressions(
-    email: Annotated[str, Path(min_length=1, max_length=320)], ctx: Ctx
+    email: Annotated[str, Path(min_length=1, max_length=320)], ctx: Ctx, cell: CellQuery = None
 ) -> SuppressionRemovedOut:
     """Take `email` (any case) off the suppression list and resume the reminders it
     paused, as `reminders suppressions remove` (a recurring one at its first occurrence
@@ -199,7 +212,7 @@ def remove_from_suppressions(
     if not email.strip():
         raise InvalidInput("email", "must not be empty")
     result = remove_suppression(
-        ctx.engine, email, ctx.profiles, now=ctx.clock(),
+        ctx.cell_scope(cell)[0], email, ctx.profiles, now=ctx.clock(),
         config=ScheduleConfig.from_settings(ctx.settings),
     )  # fmt: skip
     return SuppressionRemovedOut(

@@ -6,7 +6,8 @@ sender processes (`--cell`), one API routing 300 users between them.
   one email), from its own user's cell; each cell holds only its own users' reminders.
 - One cell's workers killed (SIGKILL): only that cell's reminders wait; the others are
   delivered meanwhile; restarted, the waiting ones are delivered once.
-- `reminders migrate` migrates every cell; a cell's worker labels its metrics `cell`.
+- `reminders migrate` migrates every cell; a cell's worker labels its metrics `cell`;
+  `reminders status` reports every cell's checks, each named for its cell.
 """
 
 from __future__ import annotations
@@ -164,6 +165,30 @@ def test_three_cells_deliver_each_users_reminders_once_from_their_own_cell(
         assert samples
         assert all('cell="a"' in line for line in samples), samples[:5]
         assert any(line.startswith("reminders_sends_total{") for line in samples)
+
+        # Operations across cells: `reminders status` reads every cell, each check
+        # named for its cell, with each cell's own live workers; `cells list` counts
+        # the directory's users; `dlq --cell` reads one cell's queue.
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "reminders", *args], env=env, timeout=120,
+                capture_output=True, text=True,
+            )  # fmt: skip
+
+        checks = json.loads(cli("status", "--json").stdout)["checks"]
+        assert {c["cell"] for c in checks} == set(CELLS)
+        senders = {c["cell"]: c["value"] for c in checks if c["name"] == "workers_sender"}
+        assert senders == {"a": 1, "b": 1, "c": 1}
+        assert all(c["label"].startswith(f"cell {c['cell']}: ") for c in checks)
+        only_b = json.loads(cli("status", "--json", "--cell", "b").stdout)["checks"]
+        assert {c["cell"] for c in only_b} == {"b"}
+        listed = cli("cells", "list").stdout.splitlines()
+        users_per_cell = Counter(home.values())
+        assert listed == [f"{n}\tusers={users_per_cell[n]}\tweight=1\tnew_users=yes" for n in CELLS]
+        assert cli("cells", "where", USERS[0]).stdout.strip() == home[USERS[0]]
+        dead = cli("dlq", "--cell", "b", "list", "--json")
+        assert (dead.returncode, json.loads(dead.stdout)) == (0, [])
+        assert cli("dlq", "--cell", "zz", "list").returncode == 2
 
         # Cell c's workers die; everyone gets one more reminder, due in 5 s.
         for name in ("coordinator-c", "sender-c"):
