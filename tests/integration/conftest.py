@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from tests.integration.api_support import NOW, Clock, build_app
+from tests.integration.cells_support import Cells, two_cells
 from tests.support.sending import CountingProvider
 
 
@@ -36,3 +37,12 @@ def queue(db: Engine) -> PostgresQueue:
 def provider(settings: Settings) -> CountingProvider:
     """The file sink in the test's MAIL_DIR, counting its calls."""
     return CountingProvider(settings.effective_mail_dir)
+
+
+@pytest.fixture
+def cells(
+    db: Engine, settings: Settings, clock: Clock, admin_url: str, template_database: str
+) -> Iterator[Cells]:
+    """Cells a and b with the API on both (tests.integration.cells_support)."""
+    with two_cells(db, settings, clock, admin_url, template_database) as c:
+        yield c

@@ -8,23 +8,12 @@ changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from sqlalchemy import Engine, text
 
 from reminder_core.settings import Settings
 from reminder_core.tokens import ADMIN_SCOPE, mint_token
-from tests.integration.api_support import PROBLEM_JSON, Clock, bearer
-from tests.integration.test_cell_move import Cells, two_cells
-
-
-@pytest.fixture
-def cells(
-    db: Engine, settings: Settings, clock: Clock, admin_url: str, template_database: str
-) -> Iterator[Cells]:
-    with two_cells(db, settings, clock, admin_url, template_database) as c:
-        yield c
+from tests.integration.api_support import PROBLEM_JSON, bearer
+from tests.integration.cells_support import Cells
 
 
 def suppress(engine: Engine, email: str) -> None:

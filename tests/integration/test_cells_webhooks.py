@@ -23,7 +23,7 @@ from reminder_core.settings import Settings
 from sender.providers.base import OutgoingEmail
 from sender.providers.ses import build_send_email_request
 from tests.integration.api_support import Clock
-from tests.integration.test_cell_move import Cells, two_cells
+from tests.integration.cells_support import Cells, two_cells
 from tests.integration.test_webhooks_api import (
     RESEND_SECRET,
     RESEND_URL,
