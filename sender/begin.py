@@ -148,11 +148,13 @@ class Begin:
             return [], decided
         with self._engine.begin() as conn:
             batch = _Batch(conn, now, decided)
-            ids = {r.occurrence.reminder_id for r, _ in live}
-            found = {r.id: r for r in reminders.get_many_for_send(conn, ids)}
+            # Reminders by UUID.int: a C hash (UUID.__hash__ runs in Python); the same
+            # reminder twice in `ids` is read once.
+            ids = [r.occurrence.reminder_id for r, _ in live]
+            found = {r.id.int: r for r in reminders.get_many_for_send(conn, ids)}
             blocked = refusals(conn, {p.email for _, p in live if p is not None})
             for r, profile in live:
-                reminder = found.get(r.occurrence.reminder_id)
+                reminder = found.get(r.occurrence.reminder_id.int)
                 # The suppression list is of email addresses: a webhook delivery has none.
                 by_email = reminder is None or reminder.webhook_url is None
                 refusal = blocked.get(profile.email) if profile is not None and by_email else None
@@ -380,30 +382,32 @@ class Begin:
         fresh lease tokens, in key order (two senders lock the same rows in the same
         order); decide BUSY / DUPLICATE for those that could not be taken."""
         conn, now = batch.conn, batch.now
-        batch.to_take.sort(key=lambda t: (t.received.occurrence.reminder_id, t.chosen))
-        tokens: dict[uuid.UUID, _ToTake] = {}
-        seen: set[tuple[uuid.UUID, datetime]] = set()
+        # Keys by UUID.int (the UUIDs' own order; int hashes and compares in C, a UUID's
+        # __hash__ and __lt__ run in Python).
+        batch.to_take.sort(key=lambda t: (t.received.occurrence.reminder_id.int, t.chosen))
+        tokens: list[tuple[uuid.UUID, _ToTake]] = []
+        seen: set[tuple[int, datetime]] = set()
         for t in batch.to_take:
-            key = (t.received.occurrence.reminder_id, t.chosen)
+            key = (t.received.occurrence.reminder_id.int, t.chosen)
             if key in seen:  # two messages chose one occurrence: the first carries it
                 batch.decided.append(Decided.of(t.received, Outcome.DUPLICATE))
             else:
                 seen.add(key)
-                tokens[uuid.uuid4()] = t
+                tokens.append((uuid.uuid4(), t))
         rows = delivery_log.begin_many(
             conn,
             [
                 DeliveryToBegin(reminder_id=t.received.occurrence.reminder_id,
                                 user_id=t.reminder.user_id, run_time_utc=t.chosen,
                                 lease_token=token, held_until=held_for(t.reminder, t.chosen))
-                for token, t in tokens.items()
+                for token, t in tokens
             ],
             now=now,
             lease_expired_before=now - timedelta(seconds=self.lease_s),
         )  # fmt: skip
-        taken = {row.lease_token: row for row in rows}
-        for token, t in tokens.items():
-            row = taken.get(token)
+        taken = {row.lease_token.int: row for row in rows}
+        for token, t in tokens:
+            row = taken.get(token.int)
             if row is None:
                 batch.decided.append(self._not_taken(batch, t))
                 continue

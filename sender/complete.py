@@ -294,11 +294,14 @@ class Completer:
             except DBAPIError as exc:
                 _log_failure(exc)
                 recorded = self._write_again(rows, now)
-        return [
-            Recorded(r, not _writes(r) or r.begun.delivery_id in recorded,
-                     recorded.get(r.begun.delivery_id, False))
-            for r in results
-        ]  # fmt: skip
+        done: list[Recorded] = []
+        for r in results:
+            if not _writes(r):
+                done.append(Recorded(r, True))
+            else:  # one lookup (a UUID's hash is computed in Python at each)
+                finished = recorded.get(r.begun.delivery_id)
+                done.append(Recorded(r, finished is not None, finished is True))
+        return done
 
     def _write_again(self, rows: list[DeliveryOutcome], now: datetime) -> dict[uuid.UUID, bool]:
         """Retry a failed flush (backoff with jitter, up to `retry_budget_s`); each try

@@ -61,7 +61,8 @@ def decode_batch(messages: Sequence[Message]) -> tuple[list[Received], list[Deci
         the replay is kept, since only it is sent whatever the reminder's state).
     """
     decided: list[Decided] = []
-    kept: dict[tuple[object, datetime], Received] = {}
+    # By (UUID.int, run_time_utc): an int hashes in C, a UUID's __hash__ runs in Python.
+    kept: dict[tuple[int, datetime], Received] = {}
     for message in messages:
         try:
             occurrence = OccurrenceMessage.decode(message.body)
@@ -76,12 +77,13 @@ def decode_batch(messages: Sequence[Message]) -> tuple[list[Received], list[Deci
             decided.append(Decided(message=message, outcome=Outcome.DROPPED, error=exc))
             continue
         received = Received(message, occurrence)
-        first = kept.get(occurrence.key)
+        key = (occurrence.reminder_id.int, occurrence.run_time_utc)
+        first = kept.get(key)
         if first is None:
-            kept[occurrence.key] = received
+            kept[key] = received
         elif occurrence.replay and not first.occurrence.replay:
             decided.append(Decided.of(first, Outcome.DUPLICATE))
-            kept[occurrence.key] = received
+            kept[key] = received
         else:
             decided.append(Decided.of(received, Outcome.DUPLICATE))
     return list(kept.values()), decided

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -17,6 +18,8 @@ from reminder_core.errors import PermanentDeliveryError
 
 _WS = re.compile(r"\s+")
 MAX_SUBJECT = 250
+#: Rendered time strings kept per (instant, zone) by a Renderer (`Renderer._times`).
+TIMES_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +40,10 @@ class Renderer:
 
     Compiled templates are kept per name and their files re-checked at most every
     `reload_interval_s` seconds (Jinja2 would stat every file on every render): an
-    operator's edit shows within that interval, without a restart.
+    operator's edit shows within that interval, without a restart. What every render of
+    a template shares is computed once: its globals per compilation (`_Part`), its
+    autoescape choice per template name, the time strings per occurrence instant and zone
+    (`_times`).
     """
 
     def __init__(
@@ -49,16 +55,19 @@ class Renderer:
     ) -> None:
         self.reload_interval_s = reload_interval_s
         self.snooze_label = snooze_label
-        self._compiled: dict[
-            str, tuple[float, tuple[tuple[jinja2.Template, dict[str, Any]], ...]]
-        ] = {}
+        self._compiled: dict[str, tuple[float, tuple[_Part, _Part, _Part]]] = {}
+        # (instant, its UTC offset, zone) -> the two time strings (see `_times`)
+        self._time_strings: dict[tuple[datetime, timedelta | None, str], tuple[str, str]] = {}
         loaders: list[jinja2.BaseLoader] = []
         if override_dir is not None:
             loaders.append(jinja2.FileSystemLoader(str(override_dir)))
         loaders.append(jinja2.PackageLoader("sender", "templates"))
         self._env = jinja2.Environment(
             loader=jinja2.ChoiceLoader(loaders),
-            autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",)),
+            # Asked on every render (EvalContext): the answer per template name is kept.
+            autoescape=functools.lru_cache(maxsize=256)(
+                jinja2.select_autoescape(enabled_extensions=("html.j2",))
+            ),
             undefined=jinja2.StrictUndefined,
             keep_trailing_newline=True,
         )
@@ -94,13 +103,13 @@ class Renderer:
             PermanentDeliveryError: unknown template, undefined variable or a template
                 error (retrying cannot fix it).
         """
-        local = run_time_utc.astimezone(ZoneInfo(timezone))
+        run_time_iso, run_time_local = self._times(run_time_utc, timezone)
         context = {
             "reminder_id": reminder_id,
             "title": title,
             "body": body or "",
-            "run_time_utc": run_time_utc.isoformat(),
-            "run_time_local": local.strftime("%Y-%m-%d %H:%M %Z"),
+            "run_time_utc": run_time_iso,
+            "run_time_local": run_time_local,
             "timezone": timezone,
             "recipient": recipient,
             "snooze_url": (links or {}).get("snooze", ""),
@@ -109,32 +118,62 @@ class Renderer:
             "snooze_label": self.snooze_label,
         }
         try:
-            subject, text, html = (_render(t, g, context) for t, g in self._templates(template))
+            subject, text, html = (part.render(context) for part in self._templates(template))
         except jinja2.TemplateError as exc:
             raise PermanentDeliveryError(f"template {template!r}: {exc}") from exc
         subject = _WS.sub(" ", subject).strip()[:MAX_SUBJECT]
         return RenderedEmail(subject=subject, text=text, html=html)
 
-    def _templates(self, template: str) -> tuple[tuple[jinja2.Template, dict[str, Any]], ...]:
-        """The subject, text and HTML templates of `template`, compiled (cached), each with
-        its globals."""
+    def _times(self, run_time_utc: datetime, timezone: str) -> tuple[str, str]:
+        """(ISO 8601 of `run_time_utc`, "YYYY-MM-DD HH:MM TZ" in `timezone`), kept per
+        instant and zone (occurrences cluster on the same minutes: strftime and the zone
+        conversion cost as much as a template). At most TIMES_KEPT are kept; the cache is
+        emptied when full.
+
+        Raises:
+            zoneinfo.ZoneInfoNotFoundError: `timezone` is no IANA zone (nothing kept).
+        """
+        key = (run_time_utc, run_time_utc.utcoffset(), timezone)
+        found = self._time_strings.get(key)
+        if found is None:
+            local = run_time_utc.astimezone(ZoneInfo(timezone))
+            found = (run_time_utc.isoformat(), local.strftime("%Y-%m-%d %H:%M %Z"))
+            if len(self._time_strings) >= TIMES_KEPT:
+                self._time_strings.clear()
+            self._time_strings[key] = found
+        return found
+
+    def _templates(self, template: str) -> tuple[_Part, _Part, _Part]:
+        """The subject, text and HTML parts of `template`, compiled (cached; files
+        re-checked at most every `reload_interval_s`)."""
         now = time.monotonic()
         cached = self._compiled.get(template)
         if cached is not None and now - cached[0] < self.reload_interval_s:
             return cached[1]
-        compiled = tuple(
-            (t, dict(t.globals))
-            for t in (
-                self._env.get_template(f"{template}.{part}.j2")
-                for part in ("subject", "txt", "html")
-            )
+        subject, text, html = (
+            _Part(self._env.get_template(f"{template}.{part}.j2"))
+            for part in ("subject", "txt", "html")
         )
-        self._compiled[template] = (now, compiled)
-        return compiled
+        self._compiled[template] = (now, (subject, text, html))
+        return subject, text, html
 
 
-def _render(template: jinja2.Template, globals_: dict[str, Any], context: dict[str, str]) -> str:
-    """`template.render(context)` without building a fresh chained context per call
-    (half the cost of a render); `globals_` is `dict(template.globals)`, flattened once."""
-    ctx = template.new_context({**globals_, **context}, shared=True)
-    return template.environment.concat(template.root_render_func(ctx))
+class _Part:
+    """One compiled template and what each of its renders shares: its globals flattened
+    into a dict (Jinja2 chains them afresh on every `render`)."""
+
+    __slots__ = ("globals", "template")
+
+    def __init__(self, template: jinja2.Template) -> None:
+        self.template = template
+        self.globals: dict[str, Any] = dict(template.globals)
+
+    def render(self, context: dict[str, str]) -> str:
+        """`template.render(context)`: the same output, half the per-call setup.
+
+        Raises:
+            jinja2.TemplateError: the template failed (e.g. an undefined variable).
+        """
+        template = self.template
+        ctx = template.new_context({**self.globals, **context}, shared=True)
+        return template.environment.concat(template.root_render_func(ctx))

@@ -4,8 +4,10 @@ count and log each outcome."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+
+from prometheus_client import Histogram
 
 from reminder_core.logging import delivery_fields
 from reminder_core.metrics import DELIVERY_LAG, SEND_FAILURES, SENDS, error_class
@@ -47,6 +49,8 @@ def settle(queue: Queue, decided: Sequence[Decided], *, now: datetime, provider:
     delete: list[str] = []
     hide: list[tuple[str, float]] = []
     outcomes: dict[tuple[str, str], int] = {}
+    # Resolved once per batch (`labels()` takes a lock and builds a key at every call).
+    lag = {held: DELIVERY_LAG.labels(held="true" if held else "false") for held in (False, True)}
     for d in decided:
         if not d.handed_back:
             delete.append(d.message.receipt_handle)
@@ -54,7 +58,7 @@ def settle(queue: Queue, decided: Sequence[Decided], *, now: datetime, provider:
             hide.append((d.message.receipt_handle, d.hide_for_s))
         by = d.provider or provider
         outcomes[(by, d.outcome.value)] = outcomes.get((by, d.outcome.value), 0) + 1
-        _observe(d, by)
+        _observe(d, by, lag)
     queue.delete(delete)
     if hide:
         queue.change_visibility_batch(hide, now=now)
@@ -64,8 +68,9 @@ def settle(queue: Queue, decided: Sequence[Decided], *, now: datetime, provider:
         _summary(len(decided), outcomes)
 
 
-def _observe(d: Decided, provider: str) -> None:
-    """Failure and lag metrics, and the outcome's log line, of one message."""
+def _observe(d: Decided, provider: str, lag: Mapping[bool, Histogram]) -> None:
+    """Failure and lag metrics, and the outcome's log line, of one message; `lag` is
+    `delivery_lag_seconds` by whether quiet hours held the occurrence."""
     if (
         d.outcome in (Outcome.FAILED, Outcome.RETRY)
         and d.error is not None
@@ -73,9 +78,7 @@ def _observe(d: Decided, provider: str) -> None:
     ):
         SEND_FAILURES.labels(provider=provider, error_class=error_class(d.error)).inc()
     if d.outcome is Outcome.SENT and d.sent_at is not None and d.run_time_utc is not None:
-        DELIVERY_LAG.labels(held="true" if d.held else "false").observe(
-            max(0.0, (d.sent_at - d.run_time_utc).total_seconds())
-        )
+        lag[d.held].observe(max(0.0, (d.sent_at - d.run_time_utc).total_seconds()))
     level = OUTCOME_LOG_LEVELS.get(d.outcome)
     if level is not None and log.isEnabledFor(level):
         log.log(
