@@ -85,15 +85,18 @@ class AppContext:
 
     def cell_scope(self, cell: str | None) -> tuple[Engine, Queue, Settings]:
         """The engine, queue and settings (DATABASE_URL, QUEUE_URL, CELL) of one cell, for
-        the operators' routes' `cell` parameter; None: the first cell's (`engine`,
-        `queue()`). Queues are built once per cell, lazily.
+        the operators' routes' `cell` parameter; None: the first cell's (with CELLS,
+        its settings name it). Queues are built once per cell, lazily.
 
         Raises:
             InvalidInput: (`cell`) no such cell, or a cell named without CELLS (but
                 `default`).
         """
-        if cell is None or (self.cells is None and cell == DEFAULT_CELL):
+        if self.cells is None and cell in (None, DEFAULT_CELL):
             return self.engine, self.queue(), self.settings
+        if cell is None:  # with CELLS: the first cell, named as such
+            assert self.cells is not None
+            cell = next(iter(self.cells.directory.cells))
         if self.cells is None or cell not in self.cells.directory.cells:
             known = ", ".join(self.cells.directory.cells) if self.cells else DEFAULT_CELL
             raise InvalidInput("cell", f"no such cell (the cells are: {known})")

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -119,6 +120,10 @@ class CellMove:
     def move(self, user_id: str, to: str) -> MoveReport:
         """Move `user_id` to the cell named `to`, or finish an interrupted move there.
 
+        One move of a user runs at a time (a session lock on the user in the directory's
+        database, released if the mover dies); a move first finishes what an earlier one
+        left (resumes a switched copy, deletes a switched move's old rows).
+
         Returns:
             What was done (`from_cell` None: the user already lived there, nothing to do).
 
@@ -128,34 +133,45 @@ class CellMove:
 
         Raises:
             NotFound: `to` is not a cell, or the user has no cell (never seen).
-            Conflict: a move of this user to another cell is in progress, or the two
-                cells are at different migrations.
+            Conflict: another move of this user is running, or one to another cell is in
+                progress, or the two cells are at different migrations.
             DrainTimeout: occurrences still in flight at the deadline (move undone).
             MoveFailed: the copy differed from its source (nothing switched).
             sqlalchemy.exc.OperationalError: a database is unreachable (run it again).
         """
         started = time.monotonic()
         target = self._cell(to)
-        current = self._current(user_id)
-        if current.name == target.name:
-            return self._finish_switched(user_id, target, started)
-        source = current
-        self._check_schemas(source, target)
-        frozen = self._freeze_and_drain(user_id, source, target)
-        copied = self._copy(user_id, source, target)
-        with self.directory.engine.begin() as conn:
-            self._switch(conn, user_id, source, target)
-        self.directory.forget(user_id)
-        self.progress(f"switched: the directory names cell {target.name} for {user_id}")
-        resumed = self._resume(user_id, target)
-        self._clean_up_after_ttl(user_id, source)
+        with self._exclusive(user_id):
+            current = self._current(user_id)
+            resumed, cleaned = self._finish_leftovers(user_id, current)
+            if current.name == target.name:
+                if not resumed and not cleaned:
+                    self.progress(f"{user_id} lives in {target.name} already: nothing to do")
+                    return MoveReport(user_id, None, target.name, 0, None, self._since(started))
+                with self.engine_of(target).connect() as conn:
+                    summary = cell_moves.summary(conn, user_id=user_id)
+                self.progress(f"finished the move of {user_id} to {target.name}")
+                source_name = cleaned[0].name if cleaned else None
+                return MoveReport(
+                    user_id, source_name, target.name, len(resumed), summary, self._since(started)
+                )
+            source = current
+            self._check_schemas(source, target)
+            frozen = self._freeze_and_drain(user_id, source, target)
+            copied = self._copy(user_id, source, target)
+            with self.directory.engine.begin() as conn:
+                self._switch(conn, user_id, source, target)
+            self.directory.forget(user_id)
+            self.progress(f"switched: the directory names cell {target.name} for {user_id}")
+            resumed = self._resume(user_id, target)
+            self._clean_up_after_ttl(user_id, [source])
         self.progress(
             f"moved {user_id} from {source.name} to {target.name}: {copied.reminders}"
             f" reminders, {copied.deliveries} delivery rows, {len(resumed)} resumed"
         )
         return MoveReport(
             user_id, source.name, target.name, max(frozen, len(resumed)), copied,
-            time.monotonic() - started,
+            self._since(started),
         )  # fmt: skip
 
     def abort(self, user_id: str) -> bool:
@@ -164,34 +180,109 @@ class CellMove:
         move was in progress.
 
         Raises:
-            Conflict: the move has switched already (run the move again to finish it).
+            Conflict: another move of this user is running (stop it first), or the move
+                has switched already (run the move again to finish it).
             NotFound: the user has no cell.
         """
-        source = self._current(user_id)
-        with self.engine_of(source).begin() as conn:
-            cell_moves.lock(conn, user_id=user_id)
-            marker = cell_moves.get(conn, user_id=user_id)
+        with self._exclusive(user_id):
+            current = self._current(user_id)
+            with self.engine_of(current).connect() as conn:
+                marker = cell_moves.get(conn, user_id=user_id)
+            switched = [
+                cell for cell, m in self._markers_elsewhere(user_id, current)
+                if m.to_cell == current.name
+            ]  # fmt: skip
+            if (marker is not None and marker.from_cell != current.name) or switched:
+                raise Conflict(
+                    f"the move of {user_id} to cell {current.name} has switched already: run"
+                    f" `reminders cells move {user_id} --to {current.name}` to finish it"
+                )
             if marker is None:
                 return False
-            if marker.from_cell != source.name:
+            self._undo(user_id, current, marker.to_cell)
+        return True
+
+    @contextmanager
+    def _exclusive(self, user_id: str) -> Iterator[None]:
+        """Hold `user_id`'s mover lock for the block (Conflict when another move holds
+        it)."""
+        with self.directory.engine.connect() as conn:
+            locked = cell_moves.try_lock(conn, user_id=user_id)
+            conn.commit()  # a session lock: it outlives the transaction
+            if not locked:
                 raise Conflict(
-                    f"{user_id} was switched to cell {source.name} already: run"
-                    f" `reminders cells move {user_id} --to {source.name}` to finish the move"
+                    f"another `reminders cells move` of {user_id} is running: wait for it to"
+                    " end (or stop it, then run the move again to finish it)"
                 )
+            try:
+                yield
+            finally:
+                cell_moves.unlock(conn, user_id=user_id)
+                conn.commit()
+
+    def _undo(self, user_id: str, source: Cell, to_cell: str) -> None:
+        """The frozen reminders of `source` as they were, its marker gone, and whatever
+        a copy left in `to_cell` deleted."""
+        with self.engine_of(source).begin() as conn:
+            cell_moves.lock(conn, user_id=user_id)
             cell_moves.undo(conn, user_id=user_id, now=self.clock())
             reminder_store.due_notify(conn)
             cell_moves.delete(conn, user_id=user_id)
-        target = self.directory.cells.get(marker.to_cell)
+        target = self.directory.cells.get(to_cell)
         if target is not None:
             with self.engine_of(target).begin() as conn:
                 cell_moves.lock(conn, user_id=user_id)
-                if cell_moves.get(conn, user_id=user_id) is not None:
+                marker = cell_moves.get(conn, user_id=user_id)
+                if marker is not None and marker.from_cell == source.name:
                     self._delete_rows(conn, user_id)
                     cell_moves.delete(conn, user_id=user_id)
-        self.progress(f"move of {user_id} to {marker.to_cell} undone; they stay in {source.name}")
-        return True
+        self.progress(f"move of {user_id} to {to_cell} undone; they stay in {source.name}")
 
-    # -- steps ------------------------------------------------------------------------
+    def _markers_elsewhere(
+        self, user_id: str, current: Cell
+    ) -> list[tuple[Cell, cell_moves.CellMoveMarker]]:
+        """The move markers of `user_id` in the cells other than `current`."""
+        found = []
+        for cell in self.directory.cells.values():
+            if cell.name != current.name:
+                with self.engine_of(cell).connect() as conn:
+                    marker = cell_moves.get(conn, user_id=user_id)
+                if marker is not None:
+                    found.append((cell, marker))
+        return found
+
+    def _finish_leftovers(self, user_id: str, current: Cell) -> tuple[list[object], list[Cell]]:
+        """Finish what earlier moves into `current` (where the directory says the user
+        lives) left: a copy switched but not resumed is resumed, and the old cells of
+        switched moves are cleaned up (after the cache wait). Returns (the reminders
+        resumed, the cells cleaned).
+
+        Raises:
+            Conflict: a cell holds a marker of a move that neither comes from `current`
+                (a partial copy of its move in progress) nor went to it: inconsistent.
+        """
+        with self.engine_of(current).connect() as conn:
+            marker = cell_moves.get(conn, user_id=user_id)
+        resumed: list[object] = []
+        if marker is not None and marker.from_cell != current.name:
+            resumed = self._resume(user_id, current)
+        old = []
+        for cell, m in self._markers_elsewhere(user_id, current):
+            if m.to_cell == current.name:
+                old.append(cell)
+            elif m.from_cell != current.name:
+                raise Conflict(
+                    f"cell {cell.name} holds a marker of a move of {user_id} from"
+                    f" {m.from_cell} to {m.to_cell}, but the directory says they live in"
+                    f" {current.name}: inspect `cell_moves` in each cell before going on"
+                )
+        if old:
+            self._clean_up_after_ttl(user_id, old)
+        return resumed, old
+
+    @staticmethod
+    def _since(started: float) -> float:
+        return time.monotonic() - started
 
     def _cell(self, name: str) -> Cell:
         cell = self.directory.cells.get(name)
@@ -255,7 +346,7 @@ class CellMove:
                 self.progress(f"drained: {len(frozen)} reminders paused for the move")
                 return len(frozen)
             if time.monotonic() >= deadline:
-                self.abort(user_id)
+                self._undo(user_id, source, target.name)
                 raise DrainTimeout(
                     f"{left.claimed} reminders of {user_id} still claimed and"
                     f" {left.sending} still being sent after {self.drain_timeout_s:g} s (a"
@@ -331,39 +422,16 @@ class CellMove:
         self.progress(f"resumed in {target.name}: {len(resumed)} reminders live again")
         return list(resumed)
 
-    def _clean_up_after_ttl(self, user_id: str, source: Cell) -> None:
-        """Wait until no API process can still route `user_id` to `source` from its
-        cache, then delete their rows and marker there."""
+    def _clean_up_after_ttl(self, user_id: str, sources: list[Cell]) -> None:
+        """Wait until no API process can still route `user_id` to one of `sources` from
+        its cache, then delete their rows, queue messages and marker there."""
         wait_s = self.cache_ttl_s + 1.0
         self.progress(f"waiting {wait_s:g} s for API caches (CELL_CACHE_TTL_S) to expire")
         self.sleep(wait_s)
-        with self.engine_of(source).begin() as conn:
-            cell_moves.lock(conn, user_id=user_id)
-            self._delete_rows(conn, user_id)
-            cell_moves.delete(conn, user_id=user_id)
-        self.progress(f"deleted {user_id}'s rows from {source.name}")
-
-    def _finish_switched(self, user_id: str, target: Cell, started: float) -> MoveReport:
-        """The user lives in `target`: finish a move that switched but stopped before
-        its end (resume in `target`, clean up the old cell), else nothing to do."""
-        resumed = self._resume(user_id, target)
-        sources = []
-        for cell in self.directory.cells.values():
-            if cell.name == target.name:
-                continue
-            with self.engine_of(cell).connect() as conn:
-                marker = cell_moves.get(conn, user_id=user_id)
-            if marker is not None and marker.to_cell == target.name:
-                sources.append(cell)
         for source in sources:
-            self._clean_up_after_ttl(user_id, source)
-        if not sources and not resumed:
-            self.progress(f"{user_id} lives in {target.name} already: nothing to do")
-            return MoveReport(user_id, None, target.name, 0, None, time.monotonic() - started)
-        with self.engine_of(target).connect() as conn:
-            summary = cell_moves.summary(conn, user_id=user_id)
-        self.progress(f"finished the move of {user_id} to {target.name}")
-        from_cell = sources[0].name if sources else None
-        return MoveReport(
-            user_id, from_cell, target.name, len(resumed), summary, time.monotonic() - started
-        )
+            with self.engine_of(source).begin() as conn:
+                cell_moves.lock(conn, user_id=user_id)
+                self._delete_rows(conn, user_id)
+                cell_moves.delete_queue_messages(conn, user_id=user_id)
+                cell_moves.delete(conn, user_id=user_id)
+            self.progress(f"deleted {user_id}'s rows from {source.name}")

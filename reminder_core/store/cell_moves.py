@@ -70,6 +70,17 @@ def lock_shared(conn: Connection, *, user_id: str) -> None:
     conn.execute(query("cell_move_lock_shared"), {"user_id": user_id})
 
 
+def try_lock(conn: Connection, *, user_id: str) -> bool:
+    """Take `user_id`'s mover lock (a session lock, in the directory's database); False
+    when another move holds it (`cell_move_try_lock`)."""
+    return bool(conn.execute(query("cell_move_try_lock"), {"user_id": user_id}).scalar())
+
+
+def unlock(conn: Connection, *, user_id: str) -> None:
+    """Release `user_id`'s mover lock (`cell_move_unlock`)."""
+    conn.execute(query("cell_move_unlock"), {"user_id": user_id})
+
+
 def get(conn: Connection, *, user_id: str) -> CellMoveMarker | None:
     """`user_id`'s move marker in this cell, None when they are not moving
     (`cell_move_get`)."""
@@ -221,6 +232,13 @@ def delete_calendar_feeds(conn: Connection, *, user_id: str) -> int:
 def delete_rate_limits(conn: Connection, *, user_id: str) -> int:
     """Delete `user_id`'s rate-limit state here (`cell_move_delete_rate_limits`)."""
     return conn.execute(query("cell_move_delete_rate_limits"), {"user_id": user_id}).rowcount
+
+
+def delete_queue_messages(conn: Connection, *, user_id: str) -> int:
+    """Delete `user_id`'s messages from this cell's PostgreSQL queue, dead letters
+    excepted; return how many (`cell_move_delete_queue_messages`)."""
+    found = conn.execute(query("cell_move_delete_queue_messages"), {"user_id": user_id})
+    return found.rowcount
 
 
 def schema_version(conn: Connection) -> str | None:

@@ -128,6 +128,15 @@ def seed(c: Cells, token_for: TokenFor) -> dict[str, str]:
         " VALUES (:u, 'https://hooks.example.com/r', 'whsec_x', :now)",
         u=USER, now=NOW,
     )  # fmt: skip
+    # The held claim's message, back at the hold's end, and an old dead letter of hers.
+    for dead in (False, True):
+        execute(
+            c.a,
+            "INSERT INTO queue_messages (queue_name, body, visible_at, dead_lettered)"
+            " VALUES ('reminders', CAST(:body AS jsonb), :at, :dead)",
+            body=json.dumps({"reminder_id": ids["held"], "user_id": USER}), at=held_until,
+            dead=dead,
+        )  # fmt: skip
     return ids
 
 
@@ -201,6 +210,10 @@ def test_a_move_copies_every_row_switches_resumes_and_empties_the_old_cell(
     assert report.frozen == 3
 
     assert everything(cells.a) == {t: {} for t in MOVED}
+    # Her live message left in a's queue is gone (nothing there would send it); the dead
+    # letter stays for the operator.
+    assert scalar(cells.a, "SELECT count(*) FROM queue_messages WHERE NOT dead_lettered") == 0
+    assert scalar(cells.a, "SELECT count(*) FROM queue_messages WHERE dead_lettered") == 1
     assert scalar(cells.a, "SELECT count(*) FROM reminders WHERE user_id = 'bob'") == 1
     for engine in (cells.a, cells.b):
         assert scalar(engine, "SELECT count(*) FROM cell_moves") == 0
@@ -357,7 +370,7 @@ def test_abort_after_the_switch_is_refused(
     monkeypatch.setattr(CellMove, "_resume", crash)
     with pytest.raises(Crash):
         cells.mover().move(USER, "b")
-    with pytest.raises(Conflict, match="finish the move"):
+    with pytest.raises(Conflict, match=r"has switched already: run .* to finish it"):
         cells.mover().abort(USER)
 
 
@@ -381,3 +394,69 @@ def test_a_suppression_does_not_resume_a_moving_users_reminders(
     )  # fmt: skip
     with cells.a.begin() as conn:
         assert reminder_store.lock_many_suppressed(conn, [uuid.UUID(ids["daily"])]) == []
+
+
+def test_one_move_of_a_user_at_a_time(cells: Cells, token_for: TokenFor) -> None:
+    """The trial's finding: two overlapping moves (b → a while a → b waited out the
+    caches) each deleted the other's copy, and both exited 0."""
+    seed(cells, token_for)
+    before = everything(cells.a)
+    waiting, release = threading.Event(), threading.Event()
+
+    def held_sleep(_seconds: float) -> None:  # the first move, in its cache wait
+        waiting.set()
+        assert release.wait(30)
+
+    first = cells.mover(sleep=held_sleep)
+    errors: list[BaseException] = []
+
+    def run_first() -> None:
+        try:
+            first.move(USER, "b")
+        except BaseException as exc:  # reported by the test's thread
+            errors.append(exc)
+
+    mover = threading.Thread(target=run_first)
+    mover.start()
+    assert waiting.wait(30)
+    for attempt in (lambda: cells.mover().move(USER, "a"), lambda: cells.mover().abort(USER)):
+        with pytest.raises(Conflict, match="another `reminders cells move` of alice is running"):
+            attempt()
+    release.set()
+    mover.join(30)
+    assert errors == []
+    after = everything(cells.b)
+    assert {t: set(v) for t, v in after.items()} == {t: set(v) for t, v in before.items()}
+    assert everything(cells.a) == {t: {} for t in MOVED}
+
+
+def test_a_move_first_cleans_up_what_a_killed_move_left(
+    cells: Cells, token_for: TokenFor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trial's finding: a move killed in its cache wait, then a move elsewhere, left
+    the first move's old rows (frozen) and marker behind for good."""
+    seed(cells, token_for)
+    before = everything(cells.a)
+    original = CellMove._clean_up_after_ttl
+
+    def crash(*_args: Any, **_kwargs: Any) -> Any:
+        raise Crash("killed in the cache wait")
+
+    monkeypatch.setattr(CellMove, "_clean_up_after_ttl", crash)
+    with pytest.raises(Crash):
+        cells.mover().move(USER, "b")
+    monkeypatch.setattr(CellMove, "_clean_up_after_ttl", original)
+    assert len(rows(cells.a, "reminders")) == 5  # the old, frozen rows
+    with pytest.raises(Conflict, match="has switched already"):
+        cells.mover().abort(USER)
+
+    # Straight back to a: the leftovers in a are deleted first, then she is copied back.
+    report = cells.mover().move(USER, "a")
+    assert (report.from_cell, report.to_cell) == ("b", "a")
+    assert any(line == "deleted alice's rows from a" for line in cells.progress)
+    after = everything(cells.a)
+    assert {t: set(v) for t, v in after.items()} == {t: set(v) for t, v in before.items()}
+    assert not any(r["paused_reason"] == "cell-move" for r in after["reminders"].values())
+    assert everything(cells.b) == {t: {} for t in MOVED}
+    for engine in (cells.a, cells.b):
+        assert scalar(engine, "SELECT count(*) FROM cell_moves") == 0

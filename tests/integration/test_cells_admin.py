@@ -49,6 +49,8 @@ def test_admin_routes_act_on_the_cell_they_name(cells: Cells, settings: Settings
     assert removed.json()["removed"] is True
     assert (listed(cells.a), listed(cells.b)) == (["in-a@example.com"], [])
 
+    default = get("/v1/admin/overview", headers=sre).json()["checks"]
+    assert {c["cell"] for c in default} == {"a"}  # the first cell, named as such
     overview = get("/v1/admin/overview?cell=b", headers=sre)
     assert overview.status_code == 200, overview.text
     checks = overview.json()["checks"]

@@ -13,6 +13,15 @@ SELECT pg_advisory_xact_lock(18, hashtext(:user_id));
 -- committed while it waited is then seen by the next statement.
 SELECT pg_advisory_xact_lock_shared(18, hashtext(:user_id));
 
+-- name: cell_move_try_lock
+-- In the directory's database, for the whole of one move (a session lock: released by
+-- cell_move_unlock, or when the mover's connection ends, e.g. it was killed): false when
+-- another move of :user_id holds it.
+SELECT pg_try_advisory_lock(19, hashtext(:user_id));
+
+-- name: cell_move_unlock
+SELECT pg_advisory_unlock(19, hashtext(:user_id));
+
 -- name: cell_move_get
 SELECT from_cell, to_cell, started_at FROM cell_moves WHERE user_id = :user_id;
 
@@ -134,6 +143,13 @@ DELETE FROM calendar_feeds WHERE user_id = :user_id;
 
 -- name: cell_move_delete_rate_limits
 DELETE FROM rate_limits WHERE user_id = :user_id;
+
+-- name: cell_move_delete_queue_messages
+-- The user's messages still in this cell's PostgreSQL queue (a quiet-hours hold's, due
+-- back later) once they live elsewhere: nothing here would send them. Dead letters stay
+-- for the operator.
+DELETE FROM queue_messages
+WHERE NOT dead_lettered AND body ->> 'user_id' = :user_id;
 
 -- name: cell_move_schema_version
 SELECT version_num FROM alembic_version;
