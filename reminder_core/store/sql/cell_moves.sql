@@ -57,7 +57,7 @@ RETURNING r.id;
 
 -- name: cell_move_in_flight
 -- What still keeps :user_id's move from copying: reminders claimed, and delivery rows a
--- sender holds under a live lease.
+-- sender holds under a live lease (through the small partial index of `sending` rows).
 SELECT (SELECT count(*) FROM reminders WHERE user_id = :user_id AND status = 'claimed')
            AS claimed,
        (SELECT count(*) FROM delivery_log
@@ -88,14 +88,19 @@ RETURNING id;
 
 -- name: cell_move_summary
 -- A fingerprint of :user_id's rows: counts, and digests of (id, status, version) of the
--- reminders and (id, status) of the delivery rows, to compare two cells.
+-- reminders and (id, status) of the delivery rows, to compare two cells (delivery rows
+-- found through the user's reminders: every delivery row names one, ON DELETE CASCADE).
 SELECT (SELECT count(*) FROM reminders WHERE user_id = :user_id) AS reminders,
        (SELECT coalesce(md5(string_agg(id::text || ':' || status || ':' || version, ','
                                        ORDER BY id)), '')
         FROM reminders WHERE user_id = :user_id) AS reminders_digest,
-       (SELECT count(*) FROM delivery_log WHERE user_id = :user_id) AS deliveries,
+       (SELECT count(*) FROM delivery_log
+        WHERE reminder_id IN (SELECT id FROM reminders WHERE user_id = :user_id))
+           AS deliveries,
        (SELECT coalesce(md5(string_agg(id::text || ':' || status, ',' ORDER BY id)), '')
-        FROM delivery_log WHERE user_id = :user_id) AS deliveries_digest,
+        FROM delivery_log
+        WHERE reminder_id IN (SELECT id FROM reminders WHERE user_id = :user_id))
+           AS deliveries_digest,
        (SELECT count(*) FROM calendar_feeds WHERE user_id = :user_id) AS calendar_feeds,
        (SELECT count(*) FROM webhook_endpoints WHERE user_id = :user_id) AS webhook_endpoints;
 
@@ -103,7 +108,10 @@ SELECT (SELECT count(*) FROM reminders WHERE user_id = :user_id) AS reminders,
 SELECT CAST(coalesce(json_agg(t), '[]') AS text) FROM reminders AS t WHERE t.user_id = :user_id;
 
 -- name: cell_move_export_delivery_log
-SELECT CAST(coalesce(json_agg(t), '[]') AS text) FROM delivery_log AS t WHERE t.user_id = :user_id;
+-- By the user's reminders (the unique (reminder_id, run_time_utc) index of each
+-- partition), not by delivery_log.user_id, which no index covers.
+SELECT CAST(coalesce(json_agg(t), '[]') AS text) FROM delivery_log AS t
+WHERE t.reminder_id IN (SELECT id FROM reminders WHERE user_id = :user_id);
 
 -- name: cell_move_export_calendar_feeds
 SELECT CAST(coalesce(json_agg(t), '[]') AS text) FROM calendar_feeds AS t WHERE t.user_id = :user_id;
