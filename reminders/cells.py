@@ -76,7 +76,7 @@ def cells_move(
         mover = CellMove(
             routing.directory,
             routing.engine_of,
-            cache_ttl_s=settings.cell_cache_ttl_s,
+            cache_ttl_s=settings.cell_cache_ttl_s + settings.db_pool_timeout_s,
             delivery_lease_s=settings.delivery_lease_s,
             drain_timeout_s=drain_timeout,
             progress=typer.echo,

@@ -79,9 +79,11 @@ class CellMove:
     Args:
         directory: the cell directory (its engine writes the switch).
         engine_of: each cell's engine.
-        cache_ttl_s: how long API processes trust a cached cell (CELL_CACHE_TTL_S): after
-            the switch the old cell's rows are kept this long (plus a second), so a stale
-            reader still finds them; its writes are refused by the marker.
+        cache_ttl_s: how long API processes trust a cached cell (CELL_CACHE_TTL_S), plus
+            the longest an API request may wait for a pooled connection after its lookup
+            (DB_POOL_TIMEOUT_S): after the switch the old cell's rows and marker are kept
+            this long (plus a second), so a stale reader still finds them and a stale
+            writer is refused there.
         delivery_lease_s: DELIVERY_LEASE_S: a `sending` row locked more recently is in a
             sender's hands.
         drain_timeout_s: how long to wait for claimed occurrences to finish before
@@ -197,8 +199,12 @@ class CellMove:
                     f"the move of {user_id} to cell {current.name} has switched already: run"
                     f" `reminders cells move {user_id} --to {current.name}` to finish it"
                 )
-            if marker is None:
-                return False
+            if marker is None:  # what an interrupted undo may have left elsewhere
+                stale = [
+                    cell for cell, m in self._markers_elsewhere(user_id, current)
+                    if m.from_cell == current.name
+                ]  # fmt: skip
+                return any([self._delete_partial_copy(user_id, current.name, c) for c in stale])
             self._undo(user_id, current, marker.to_cell)
         return True
 
@@ -221,22 +227,31 @@ class CellMove:
                 conn.commit()
 
     def _undo(self, user_id: str, source: Cell, to_cell: str) -> None:
-        """The frozen reminders of `source` as they were, its marker gone, and whatever
-        a copy left in `to_cell` deleted."""
+        """Whatever a copy left in `to_cell` deleted, then the frozen reminders of
+        `source` as they were and its marker gone (in that order: interrupted between
+        the two, the source's marker says the move is still to undo)."""
+        target = self.directory.cells.get(to_cell)
+        if target is not None:
+            self._delete_partial_copy(user_id, source.name, target)
         with self.engine_of(source).begin() as conn:
             cell_moves.lock(conn, user_id=user_id)
             cell_moves.undo(conn, user_id=user_id, now=self.clock())
             reminder_store.due_notify(conn)
             cell_moves.delete(conn, user_id=user_id)
-        target = self.directory.cells.get(to_cell)
-        if target is not None:
-            with self.engine_of(target).begin() as conn:
-                cell_moves.lock(conn, user_id=user_id)
-                marker = cell_moves.get(conn, user_id=user_id)
-                if marker is not None and marker.from_cell == source.name:
-                    self._delete_rows(conn, user_id)
-                    cell_moves.delete(conn, user_id=user_id)
         self.progress(f"move of {user_id} to {to_cell} undone; they stay in {source.name}")
+
+    def _delete_partial_copy(self, user_id: str, from_cell: str, target: Cell) -> bool:
+        """Delete the user's rows and marker in `target` when they are a copy from the
+        cell `from_cell` that was never switched to; False when there was none."""
+        with self.engine_of(target).begin() as conn:
+            cell_moves.lock(conn, user_id=user_id)
+            marker = cell_moves.get(conn, user_id=user_id)
+            if marker is None or marker.from_cell != from_cell:
+                return False
+            self._delete_rows(conn, user_id)
+            cell_moves.delete(conn, user_id=user_id)
+        self.progress(f"deleted an unswitched copy of {user_id} from {target.name}")
+        return True
 
     def _markers_elsewhere(
         self, user_id: str, current: Cell
@@ -253,29 +268,30 @@ class CellMove:
 
     def _finish_leftovers(self, user_id: str, current: Cell) -> tuple[list[object], list[Cell]]:
         """Finish what earlier moves into `current` (where the directory says the user
-        lives) left: a copy switched but not resumed is resumed, and the old cells of
-        switched moves are cleaned up (after the cache wait). Returns (the reminders
-        resumed, the cells cleaned).
+        lives) left: a copy switched but not resumed is resumed, the old cells of
+        switched moves are cleaned up (after the cache wait), and copies out of
+        `current` that no move in progress will switch to (an undo interrupted) are
+        deleted. Returns (the reminders resumed, the cells cleaned).
 
-        Raises:
-            Conflict: a cell holds a marker of a move that neither comes from `current`
-                (a partial copy of its move in progress) nor went to it: inconsistent.
+        Any cell but `current` holding the user's rows is stale: the directory is the
+        truth, and every move marks the cells it writes.
         """
         with self.engine_of(current).connect() as conn:
             marker = cell_moves.get(conn, user_id=user_id)
         resumed: list[object] = []
         if marker is not None and marker.from_cell != current.name:
             resumed = self._resume(user_id, current)
+        moving_to = (
+            marker.to_cell if marker is not None and marker.from_cell == current.name else None
+        )
         old = []
         for cell, m in self._markers_elsewhere(user_id, current):
-            if m.to_cell == current.name:
+            if cell.name != m.to_cell:  # the source of a move that switched away from it
                 old.append(cell)
-            elif m.from_cell != current.name:
-                raise Conflict(
-                    f"cell {cell.name} holds a marker of a move of {user_id} from"
-                    f" {m.from_cell} to {m.to_cell}, but the directory says they live in"
-                    f" {current.name}: inspect `cell_moves` in each cell before going on"
-                )
+            elif not (m.from_cell == current.name and cell.name == moving_to):
+                # A copy never switched to (the directory names `current`), and not the
+                # copy of the move in progress: what an interrupted undo left.
+                self._delete_partial_copy(user_id, m.from_cell, cell)
         if old:
             self._clean_up_after_ttl(user_id, old)
         return resumed, old

@@ -26,6 +26,7 @@ from sqlalchemy import Engine, text
 
 from reminder_core.errors import Conflict
 from reminder_core.services.cell_move import CellMove, DrainTimeout
+from reminder_core.store import cell_moves
 from reminder_core.store import reminders as reminder_store
 from tests.integration.api_support import NOW, PROBLEM_JSON, URL, TokenFor, bearer
 from tests.integration.cells_support import Cells
@@ -458,5 +459,46 @@ def test_a_move_first_cleans_up_what_a_killed_move_left(
     assert {t: set(v) for t, v in after.items()} == {t: set(v) for t, v in before.items()}
     assert not any(r["paused_reason"] == "cell-move" for r in after["reminders"].values())
     assert everything(cells.b) == {t: {} for t in MOVED}
+    for engine in (cells.a, cells.b):
+        assert scalar(engine, "SELECT count(*) FROM cell_moves") == 0
+
+
+def test_an_interrupted_undo_is_finished_by_abort_or_any_later_move(
+    cells: Cells, token_for: TokenFor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second trial's finding: an `--abort` killed between its two transactions left
+    the copy in the target for good, and every later move then refused. Now the copy
+    goes first, and a stray copy is deleted by the next abort or move."""
+    seed(cells, token_for)
+    before = everything(cells.a)
+
+    def crash(*_args: Any, **_kwargs: Any) -> Any:
+        raise Crash("before the switch")
+
+    monkeypatch.setattr(CellMove, "_switch", crash)
+    with pytest.raises(Crash):
+        cells.mover().move(USER, "b")
+    monkeypatch.undo()
+    # The undo killed halfway, as the old order left it: the source undone, the copy kept.
+    with cells.a.begin() as conn:
+        cell_moves.undo(conn, user_id=USER, now=NOW)
+        cell_moves.delete(conn, user_id=USER)
+    assert len(rows(cells.b, "reminders")) == 5
+    assert cells.mover().abort(USER) is True  # deletes the stray copy
+    assert everything(cells.b) == {t: {} for t in MOVED}
+
+    # The same leftover again, then a move: it is deleted first, and the move goes on.
+    monkeypatch.setattr(CellMove, "_switch", crash)
+    with pytest.raises(Crash):
+        cells.mover().move(USER, "b")
+    monkeypatch.undo()
+    with cells.a.begin() as conn:
+        cell_moves.undo(conn, user_id=USER, now=NOW)
+        cell_moves.delete(conn, user_id=USER)
+    report = cells.mover().move(USER, "b")
+    assert (report.from_cell, report.to_cell) == ("a", "b")
+    after = everything(cells.b)
+    assert {t: set(v) for t, v in after.items()} == {t: set(v) for t, v in before.items()}
+    assert everything(cells.a) == {t: {} for t in MOVED}
     for engine in (cells.a, cells.b):
         assert scalar(engine, "SELECT count(*) FROM cell_moves") == 0
