@@ -299,21 +299,26 @@ class Crash(Exception):
     pass
 
 
+def interrupted_move(cells: Cells, step: str, to: str = "b") -> None:
+    """Run a move to `to` that dies (Crash) where CellMove's method `step` would run,
+    as a kill -9 there would leave it."""
+
+    def crash(*_args: Any, **_kwargs: Any) -> Any:
+        raise Crash(step)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(CellMove, step, crash)
+        with pytest.raises(Crash):
+            cells.mover().move(USER, to)
+
+
 @pytest.mark.parametrize("crash_at", ["_switch", "_resume", "_clean_up_after_ttl"])
 def test_an_interrupted_move_is_finished_by_running_it_again(
-    cells: Cells, token_for: TokenFor, crash_at: str, monkeypatch: pytest.MonkeyPatch
+    cells: Cells, token_for: TokenFor, crash_at: str
 ) -> None:
     seed(cells, token_for)
     before = everything(cells.a)
-    original = getattr(CellMove, crash_at)
-
-    def crash(*_args: Any, **_kwargs: Any) -> Any:
-        raise Crash(crash_at)
-
-    monkeypatch.setattr(CellMove, crash_at, crash)
-    with pytest.raises(Crash):
-        cells.mover().move(USER, "b")
-    monkeypatch.setattr(CellMove, crash_at, original)
+    interrupted_move(cells, crash_at)
     # Meanwhile the user's writes are refused wherever the directory sends them.
     refused = cells.client.post(
         URL,
@@ -336,18 +341,11 @@ def test_an_interrupted_move_is_finished_by_running_it_again(
     assert loads == {"a": 0, "b": 1}  # counted once
 
 
-def test_abort_before_the_switch_restores_the_old_cell(
-    cells: Cells, token_for: TokenFor, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_abort_before_the_switch_restores_the_old_cell(cells: Cells, token_for: TokenFor) -> None:
     seed(cells, token_for)
     before = everything(cells.a)
 
-    def crash(*_args: Any, **_kwargs: Any) -> Any:
-        raise Crash("after the copy")
-
-    monkeypatch.setattr(CellMove, "_switch", crash)
-    with pytest.raises(Crash):
-        cells.mover().move(USER, "b")
+    interrupted_move(cells, "_switch")
     assert len(rows(cells.b, "reminders")) == 5  # the copy, frozen
     assert cells.mover().abort(USER) is True
     after = everything(cells.a)
@@ -360,17 +358,10 @@ def test_abort_before_the_switch_restores_the_old_cell(
     assert create(cells, token_for, "writes work again")["status"] == "pending"
 
 
-def test_abort_after_the_switch_is_refused(
-    cells: Cells, token_for: TokenFor, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_abort_after_the_switch_is_refused(cells: Cells, token_for: TokenFor) -> None:
     seed(cells, token_for)
 
-    def crash(*_args: Any, **_kwargs: Any) -> Any:
-        raise Crash("after the switch")
-
-    monkeypatch.setattr(CellMove, "_resume", crash)
-    with pytest.raises(Crash):
-        cells.mover().move(USER, "b")
+    interrupted_move(cells, "_resume")
     with pytest.raises(Conflict, match=r"has switched already: run .* to finish it"):
         cells.mover().abort(USER)
 
@@ -431,22 +422,12 @@ def test_one_move_of_a_user_at_a_time(cells: Cells, token_for: TokenFor) -> None
     assert everything(cells.a) == {t: {} for t in MOVED}
 
 
-def test_a_move_first_cleans_up_what_a_killed_move_left(
-    cells: Cells, token_for: TokenFor, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_move_first_cleans_up_what_a_killed_move_left(cells: Cells, token_for: TokenFor) -> None:
     """The trial's finding: a move killed in its cache wait, then a move elsewhere, left
     the first move's old rows (frozen) and marker behind for good."""
     seed(cells, token_for)
     before = everything(cells.a)
-    original = CellMove._clean_up_after_ttl
-
-    def crash(*_args: Any, **_kwargs: Any) -> Any:
-        raise Crash("killed in the cache wait")
-
-    monkeypatch.setattr(CellMove, "_clean_up_after_ttl", crash)
-    with pytest.raises(Crash):
-        cells.mover().move(USER, "b")
-    monkeypatch.setattr(CellMove, "_clean_up_after_ttl", original)
+    interrupted_move(cells, "_clean_up_after_ttl")  # killed in its cache wait
     assert len(rows(cells.a, "reminders")) == 5  # the old, frozen rows
     with pytest.raises(Conflict, match="has switched already"):
         cells.mover().abort(USER)
@@ -464,7 +445,7 @@ def test_a_move_first_cleans_up_what_a_killed_move_left(
 
 
 def test_an_interrupted_undo_is_finished_by_abort_or_any_later_move(
-    cells: Cells, token_for: TokenFor, monkeypatch: pytest.MonkeyPatch
+    cells: Cells, token_for: TokenFor
 ) -> None:
     """The second trial's finding: an `--abort` killed between its two transactions left
     the copy in the target for good, and every later move then refused. Now the copy
@@ -472,13 +453,7 @@ def test_an_interrupted_undo_is_finished_by_abort_or_any_later_move(
     seed(cells, token_for)
     before = everything(cells.a)
 
-    def crash(*_args: Any, **_kwargs: Any) -> Any:
-        raise Crash("before the switch")
-
-    monkeypatch.setattr(CellMove, "_switch", crash)
-    with pytest.raises(Crash):
-        cells.mover().move(USER, "b")
-    monkeypatch.undo()
+    interrupted_move(cells, "_switch")
     # The undo killed halfway, as the old order left it: the source undone, the copy kept.
     with cells.a.begin() as conn:
         cell_moves.undo(conn, user_id=USER, now=NOW)
@@ -488,10 +463,7 @@ def test_an_interrupted_undo_is_finished_by_abort_or_any_later_move(
     assert everything(cells.b) == {t: {} for t in MOVED}
 
     # The same leftover again, then a move: it is deleted first, and the move goes on.
-    monkeypatch.setattr(CellMove, "_switch", crash)
-    with pytest.raises(Crash):
-        cells.mover().move(USER, "b")
-    monkeypatch.undo()
+    interrupted_move(cells, "_switch")
     with cells.a.begin() as conn:
         cell_moves.undo(conn, user_id=USER, now=NOW)
         cell_moves.delete(conn, user_id=USER)
