@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fastapi.security import HTTPAuthorizationCredentials
+from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers, MutableHeaders
@@ -97,14 +98,17 @@ class RateLimit:
         policy: the budget; None turns the middleware into a pass-through
             (RATE_LIMIT_PER_MINUTE=0).
 
-    Side effects: one upsert of the user's `rate_limits` row per counted request, in its
-    own committed transaction, run in a worker thread.
+    Side effects: one upsert of the user's `rate_limits` row per counted request, one
+    statement in autocommit (its own transaction), run in a worker thread.
     """
 
     def __init__(self, app: ASGIApp, *, ctx: AppContext, policy: RatePolicy | None) -> None:
         self.app = app
         self.ctx = ctx
         self.policy = policy
+        #: Each cell's engine in autocommit (same pool): the take is one statement, so
+        #: its BEGIN and COMMIT were two round trips of three (issue 15).
+        self._autocommit: dict[int, Engine] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         policy = self.policy
@@ -158,7 +162,13 @@ class RateLimit:
         return principal.subject
 
     def _take(self, policy: RatePolicy, user_id: str, now: datetime) -> Taken:
-        with self.ctx.engine_for(user_id).begin() as conn:
+        engine = self.ctx.engine_for(user_id)
+        autocommit = self._autocommit.get(id(engine))
+        if autocommit is None:
+            autocommit = self._autocommit.setdefault(
+                id(engine), engine.execution_options(isolation_level="AUTOCOMMIT")
+            )
+        with autocommit.connect() as conn:  # one statement: its own transaction
             return rate_limits.take(
                 conn,
                 user_id=user_id,
