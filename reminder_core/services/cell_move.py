@@ -147,6 +147,14 @@ class CellMove:
             current = self._current(user_id)
             resumed, cleaned = self._finish_leftovers(user_id, current)
             if current.name == target.name:
+                with self.engine_of(current).connect() as conn:
+                    pending = cell_moves.get(conn, user_id=user_id)
+                if pending is not None:  # a move out of `current`, not switched yet
+                    raise Conflict(
+                        f"{user_id} lives in {current.name}, frozen by a move to"
+                        f" {pending.to_cell} in progress: finish it (`reminders cells move"
+                        f" {user_id} --to {pending.to_cell}`) or undo it (--abort)"
+                    )
                 if not resumed and not cleaned:
                     self.progress(f"{user_id} lives in {target.name} already: nothing to do")
                     return MoveReport(user_id, None, target.name, 0, None, self._since(started))

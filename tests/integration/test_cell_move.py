@@ -341,6 +341,17 @@ def test_an_interrupted_move_is_finished_by_running_it_again(
     assert loads == {"a": 0, "b": 1}  # counted once
 
 
+def test_a_move_to_where_a_frozen_user_lives_names_the_move_in_progress(
+    cells: Cells, token_for: TokenFor
+) -> None:
+    seed(cells, token_for)
+    interrupted_move(cells, "_switch")  # frozen in a, copied to b, not switched
+    with pytest.raises(Conflict, match="frozen by a move to b in progress"):
+        cells.mover().move(USER, "a")
+    assert cells.mover().abort(USER) is True
+    assert cells.mover().move(USER, "a").from_cell is None  # nothing to do now
+
+
 def test_abort_before_the_switch_restores_the_old_cell(cells: Cells, token_for: TokenFor) -> None:
     seed(cells, token_for)
     before = everything(cells.a)
