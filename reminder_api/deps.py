@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import ParamSpec, TypeVar
@@ -158,9 +159,35 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+#: A check the current request must pass in its route's worker thread before the route
+#: body runs, or None: the rate limit's take (`reminder_api.ratelimit`), done there to
+#: save a thread hop of its own (issue 15). The worker thread runs in a copy of the
+#: request's context, so it sees the value the middleware set.
+ROUTE_BODY_CHECK: ContextVar[Callable[[], None] | None] = ContextVar(
+    "route_body_check", default=None
+)
+
+
+def _checked(route: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    check = ROUTE_BODY_CHECK.get()
+    if check is not None:
+        check()
+    return route(*args, **kwargs)
+
+
+async def run_route_body(route: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """Run the blocking `route(*args, **kwargs)` in a worker thread, after the request's
+    `ROUTE_BODY_CHECK`: how a coroutine route runs its side effects (the calendar import).
+
+    Raises:
+        whatever the check raises (the route did not run), or the route raises.
+    """
+    return await run_in_threadpool(functools.partial(_checked, route, *args, **kwargs))
+
+
 def in_worker_thread(route: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """Decorate a blocking (sync) route so that FastAPI sees a coroutine that runs the
-    whole route in one worker thread.
+    whole route in one worker thread, after the request's `ROUTE_BODY_CHECK`.
 
     FastAPI runs a sync route in a worker thread and then validates its return value in a
     second one (`serialize_response` with `is_coroutine=False`): two thread hops per
@@ -173,8 +200,9 @@ def in_worker_thread(route: Callable[P, R]) -> Callable[P, Awaitable[R]]:
 
     @functools.wraps(route)
     async def offloaded(*args: P.args, **kwargs: P.kwargs) -> R:
-        return await run_in_threadpool(route, *args, **kwargs)
+        return await run_in_threadpool(functools.partial(_checked, route, *args, **kwargs))
 
+    offloaded.runs_route_body_check = True  # type: ignore[attr-defined]
     return offloaded
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -32,7 +33,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from reminder_api.deps import AppContext, current_principal
+from reminder_api.deps import ROUTE_BODY_CHECK, AppContext, current_principal
 from reminder_api.errors import problem
 from reminder_core.metrics import API_LIMITED
 from reminder_core.store import rate_limits
@@ -90,8 +91,68 @@ def is_limited_path(path: str) -> bool:
     return path.startswith("/v1/") and not path.startswith("/v1/webhooks/")
 
 
+@dataclass(slots=True)
+class PendingTake:
+    """One counted request's take, done once: in the route's worker thread before the
+    route body (`take_in_route_thread`), else by the middleware when the response starts.
+
+    Attributes:
+        taken: the outcome once taken; None before, or when the database could not be
+            reached (`skipped`).
+        skipped: the take was attempted and the database was unavailable: the request is
+            let through unlimited and answered without rate-limit headers.
+    """
+
+    policy: RatePolicy
+    user_id: str
+    now: datetime
+    take: Callable[[RatePolicy, str, datetime], Taken]
+    taken: Taken | None = None
+    skipped: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.taken is not None or self.skipped
+
+    def check(self) -> None:
+        """Take here, in the route's worker thread, before the route body runs (the
+        `reminder_api.deps.ROUTE_BODY_CHECK` of the request): no thread hop of its own.
+
+        Raises:
+            RateRefused: the request is past the budget; the route must not run.
+        """
+        taken = self.run()
+        if taken is not None and not taken.taken:
+            raise RateRefused(self.user_id)
+
+    def run(self) -> Taken | None:
+        """Take (blocking: call in a worker thread) unless done; the outcome, None when
+        the database is unavailable (logged once)."""
+        if not self.done:
+            try:
+                self.taken = self.take(self.policy, self.user_id, self.now)
+            except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
+                log.warning("rate limit not checked (database unavailable): %s", exc)
+                self.skipped = True
+        return self.taken
+
+
+class RateRefused(Exception):
+    """Raised in a route's worker thread, before its body, when its request is past the
+    budget; the middleware answers it 429 (nothing of the route ran)."""
+
+
 class RateLimit:
     """Count each authenticated /v1 request against its user's budget; refuse with 429.
+
+    The take runs where it costs least and still precedes every side effect: a route
+    decorated with `in_worker_thread` (every /v1 route that touches the database) takes
+    in its own worker thread before its body (`ROUTE_BODY_CHECK`); a request that never
+    reaches a route body (refused by validation, authorisation or routing: nothing was
+    done) is taken when its response starts, and a refused one has that response
+    replaced by the 429. An undecorated route with side effects must run its body
+    through `run_route_body` (tests/integration/test_api_limits.py checks that every /v1
+    route does one or the other).
 
     Args:
         ctx: the app's context (engine, clock, token verification and its cache).
@@ -99,7 +160,7 @@ class RateLimit:
             (RATE_LIMIT_PER_MINUTE=0).
 
     Side effects: one upsert of the user's `rate_limits` row per counted request, one
-    statement in autocommit (its own transaction), run in a worker thread.
+    statement in autocommit (its own transaction: a request that fails still counts).
     """
 
     def __init__(self, app: ASGIApp, *, ctx: AppContext, policy: RatePolicy | None) -> None:
@@ -119,34 +180,50 @@ class RateLimit:
         if user_id is None:  # the route answers 401
             await self.app(scope, receive, send)
             return
-        now = self.ctx.clock()
-        try:
-            taken = await run_in_threadpool(self._take, policy, user_id, now)
-        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
-            log.warning("rate limit not checked (database unavailable): %s", exc)
-            await self.app(scope, receive, send)
-            return
-        headers = policy.headers(taken, now)
-        if not taken.taken:
-            API_LIMITED.labels(limit="rate").inc()
-            response = problem(
-                429,
-                "Too many requests",
-                f"more than {policy.per_minute} requests a minute (bursts of {policy.burst});"
-                " retry after the time Retry-After gives",
-                kind="rate-limited",
-                headers=headers,
-                instance=scope["path"],
-            )
-            await response(scope, receive, send)
-            return
+        pending = PendingTake(policy, user_id, self.ctx.clock(), self._take)
+        replaced = False
 
-        async def send_with_headers(message: Message) -> None:
+        async def send_counted(message: Message) -> None:
+            nonlocal replaced
+            if replaced:
+                return  # the rest of a response refused after the fact
             if message["type"] == "http.response.start":
-                MutableHeaders(scope=message).update(headers)
+                if not pending.done:  # no route body ran: count the request now
+                    await run_in_threadpool(pending.run)
+                if pending.taken is not None and not pending.taken.taken:
+                    replaced = True
+                    await self._refuse(pending, scope, receive, send)
+                    return
+                if pending.taken is not None:
+                    MutableHeaders(scope=message).update(policy.headers(pending.taken, pending.now))
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        token = ROUTE_BODY_CHECK.set(pending.check)
+        try:
+            await self.app(scope, receive, send_counted)
+        except RateRefused:
+            await self._refuse(pending, scope, receive, send)
+        finally:
+            ROUTE_BODY_CHECK.reset(token)
+
+    async def _refuse(
+        self, pending: PendingTake, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Answer the refused request 429 problem+json with `Retry-After` and the
+        RateLimit headers."""
+        assert pending.taken is not None
+        policy = pending.policy
+        API_LIMITED.labels(limit="rate").inc()
+        response = problem(
+            429,
+            "Too many requests",
+            f"more than {policy.per_minute} requests a minute (bursts of {policy.burst});"
+            " retry after the time Retry-After gives",
+            kind="rate-limited",
+            headers=policy.headers(pending.taken, pending.now),
+            instance=scope["path"],
+        )
+        await response(scope, receive, send)
 
     async def _subject(self, scope: Scope) -> str | None:
         """The `sub` of the request's valid bearer token (verified as the routes do, and

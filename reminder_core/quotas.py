@@ -19,6 +19,7 @@ from reminder_core.domain.recurrence import (
 )
 from reminder_core.errors import QuotaExceeded
 from reminder_core.settings import Settings
+from reminder_core.store import live_reminder_bounds
 from reminder_core.store import reminders as store
 
 #: How far ahead the busiest local day of a rule is looked for (a year: every weekly,
@@ -52,24 +53,39 @@ class Quotas:
 
 def check_one_more_live(conn: Connection, *, user_id: str, quotas: Quotas) -> None:
     """Refuse a change that makes one more of `user_id`'s reminders live when they have
-    `quotas.live_reminders` already. Race-free across requests and processes: it takes the
-    user's quota lock (held until the caller's transaction ends, so the caller must write
-    the reminder in this same transaction) before it counts.
+    `quotas.live_reminders` already; the caller must write the reminder in this same
+    transaction.
+
+    The check reads no reminders while the user is clearly under the quota: it raises the
+    user's `live_reminder_bounds` row, an upper bound of their live reminders (every
+    change that makes one live raises it in the transaction that writes it; one that
+    stops being live does not lower it), and counts exactly only when the bound passes the
+    quota, then stores the exact count. Race-free across requests and processes: the
+    bound's row lock, held until the caller's transaction ends, serialises one user's
+    checks, so the exact count sees every committed change and none is in flight. The
+    bound is kept with the quota off too (0), so turning it on finds it true.
+
+    Side effects: raises (or starts) the user's bound, row-locked until the caller's
+    transaction ends; at the bound, one count of the user's live reminders.
 
     Raises:
         QuotaExceeded: ("QUOTA_LIVE_REMINDERS") the user is at the quota; the caller must
-            store nothing (roll back).
+            store nothing (roll back: the bound's raise is undone with it).
     """
-    if quotas.live_reminders <= 0:
+    bound = live_reminder_bounds.increment(conn, user_id=user_id)
+    if bound is None:
+        bound = live_reminder_bounds.start(conn, user_id=user_id)
+    cap = quotas.live_reminders
+    if cap <= 0 or bound <= cap:
         return
-    store.lock_owner(conn, user_id=user_id)
     live = store.count_live(conn, user_id=user_id)
-    if live >= quotas.live_reminders:
+    if live >= cap:
         raise QuotaExceeded(
             "QUOTA_LIVE_REMINDERS",
-            quotas.live_reminders,
+            cap,
             f"this user has {live} live reminders; cancel some before creating more",
         )
+    live_reminder_bounds.reset(conn, user_id=user_id, bound=live + 1)
 
 
 def check_occurrences_per_day(

@@ -40,6 +40,7 @@ OTHER_TABLES = (
     "webhook_events",
     "worker_heartbeats",
     "rate_limits",
+    "live_reminder_bounds",
     "calendar_feeds",
     "webhook_endpoints",
     "cell_assignments",

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Request, Response, status
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import Connection
-from starlette.concurrency import run_in_threadpool
 
 from reminder_api.deps import (
     AppContext,
@@ -20,6 +19,7 @@ from reminder_api.deps import (
     current_user,
     in_worker_thread,
     reject_unknown_query,
+    run_route_body,
 )
 from reminder_api.errors import problem
 from reminder_api.openapi import problem_responses
@@ -261,7 +261,7 @@ async def import_reminders(
     if idempotency_key is not None and "\x00" in idempotency_key:
         raise InvalidInput("Idempotency-Key", "must not contain NUL characters")
     body = await request.body()
-    report = await run_in_threadpool(_import, body, user_id, ctx, request.url.path, idempotency_key)
+    report = await run_route_body(_import, body, user_id, ctx, request.url.path, idempotency_key)
     if isinstance(report, ImportReport) and report.replayed:
         response.status_code = status.HTTP_200_OK
     return report

@@ -384,6 +384,25 @@ class RateLimit(Base):
     __table_args__ = (CheckConstraint("user_id <> ''", name="user_id_not_empty"),)
 
 
+class LiveReminderBound(Base):
+    """An upper bound of one user's live (pending, claimed or paused) reminders
+    (docs/operations.md, "Fair limits"): raised by every create or change that makes one
+    live, never lowered when one stops being live, recounted exactly only when it passes
+    QUOTA_LIVE_REMINDERS (`reminder_core.quotas`). Its row lock serialises one user's
+    quota checks."""
+
+    __tablename__ = "live_reminder_bounds"
+
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    # At least the user's live reminders once the transactions raising it commit.
+    bound: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (
+        CheckConstraint("user_id <> ''", name="user_id_not_empty"),
+        CheckConstraint("bound >= 0", name="bound_not_negative"),
+    )
+
+
 class CalendarFeed(Base):
     """A user's iCalendar feed (docs/api.md, "Calendar feed and import"; issue 17): the
     SHA-256 of the secret in its URL, written by `reminder_core.store.calendar_feeds`.

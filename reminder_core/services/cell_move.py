@@ -427,6 +427,7 @@ class CellMove:
         cell_moves.delete_webhook_endpoints(conn, user_id=user_id)
         cell_moves.delete_calendar_feeds(conn, user_id=user_id)
         cell_moves.delete_rate_limits(conn, user_id=user_id)
+        cell_moves.delete_live_reminder_bounds(conn, user_id=user_id)
 
     def _switch(self, conn: Connection, user_id: str, source: Cell, target: Cell) -> None:
         if cell_assignments.move(

@@ -17,7 +17,8 @@ from reminder_core.store._statements import query
 
 #: The tables holding a user's rows that move with them, in the order they are written
 #: (a reminder names its webhook endpoint; a delivery row names its reminder). Left
-#: behind: `rate_limits` (a minute's state, deleted), suppressions (per address, shared
+#: behind: `rate_limits` (a minute's state, deleted), `live_reminder_bounds` (deleted: the
+#: target starts the bound from a count), suppressions (per address, shared
 #: by the cell's users), queue messages and outbox rows (none in flight once drained).
 MOVED_TABLES = ("webhook_endpoints", "reminders", "delivery_log", "calendar_feeds")
 
@@ -232,6 +233,14 @@ def delete_calendar_feeds(conn: Connection, *, user_id: str) -> int:
 def delete_rate_limits(conn: Connection, *, user_id: str) -> int:
     """Delete `user_id`'s rate-limit state here (`cell_move_delete_rate_limits`)."""
     return conn.execute(query("cell_move_delete_rate_limits"), {"user_id": user_id}).rowcount
+
+
+def delete_live_reminder_bounds(conn: Connection, *, user_id: str) -> int:
+    """Delete `user_id`'s quota bound here; the cell they live in starts theirs from an
+    exact count (`cell_move_delete_live_reminder_bounds`)."""
+    return conn.execute(
+        query("cell_move_delete_live_reminder_bounds"), {"user_id": user_id}
+    ).rowcount
 
 
 def delete_queue_messages(conn: Connection, *, user_id: str) -> int:

@@ -156,14 +156,14 @@ def get_by_request_id(
 
 
 def lock_owner(conn: Connection, *, user_id: str) -> None:
-    """Take `user_id`'s quota lock until the caller's transaction ends: the quota checks
-    of one user's creates and changes run one at a time (`reminder_lock_owner`)."""
+    """Take `user_id`'s quota lock until the caller's transaction ends: one user's
+    count-then-insert of webhook endpoints runs one at a time (`reminder_lock_owner`)."""
     conn.execute(query("reminder_lock_owner"), {"user_id": user_id})
 
 
 def count_live(conn: Connection, *, user_id: str) -> int:
-    """How many of `user_id`'s reminders are pending, claimed or paused
-    (`reminder_count_live`)."""
+    """How many of `user_id`'s reminders are pending, claimed or paused: the exact count
+    `reminder_core.quotas` takes when the bound passes the quota (`reminder_count_live`)."""
     return int(conn.execute(query("reminder_count_live"), {"user_id": user_id}).scalar_one())
 
 

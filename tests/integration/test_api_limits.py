@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
@@ -130,6 +131,63 @@ def test_operations_webhooks_console_and_bad_tokens_are_never_limited(
             assert "RateLimit" not in resp.headers
 
 
+def test_requests_that_reach_no_route_body_spend_the_budget_too(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    # A route body takes the budget in its own worker thread before it runs; a request
+    # refused before any route body (body validation, an unknown /v1 path) is taken when
+    # its response starts. Both spend it (60 a minute in bursts of 2: 1 s each).
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 1, rate_limit_per_minute=60, rate_limit_burst=2) as (a,):
+        invalid = a.post(URL, json={"title": 1}, headers=alice)
+        assert invalid.status_code == 422
+        assert invalid.headers["RateLimit"] == '"per-user";r=1;t=1'
+        unknown = a.get("/v1/no-such-collection", headers=alice)
+        assert unknown.status_code == 404
+        assert unknown.headers["RateLimit"] == '"per-user";r=0;t=2'
+        # Past the budget the 422 it would have been is answered 429 instead.
+        refused = a.post(URL, json={"title": 1}, headers=alice)
+        assert assert_problem(refused, 429)["type"] == "/problems/rate-limited"
+        assert refused.headers["Retry-After"] == "1"
+        # Refused before their bodies: a create and an import store nothing.
+        before = table_counts(db)
+        assert a.post(URL, json=new_york(), headers=alice).status_code == 429
+        ics = vcalendar("UID:a\r\nDTSTART:20300105T090000Z\r\nSUMMARY:A")
+        assert a.post(IMPORT, content=ics, headers=alice | ICS).status_code == 429
+        assert table_counts(db) == before
+        clock.now += timedelta(seconds=1)  # one request fits again: the import runs
+        imported = a.post(IMPORT, content=ics, headers=alice | ICS)
+        assert imported.status_code == 201
+        assert imported.headers["RateLimit"] == '"per-user";r=0;t=2'
+
+
+def test_every_limited_route_takes_the_budget_before_its_body(
+    db: Engine, settings: Settings, clock: Clock
+) -> None:
+    # The middleware counts a request in the route's worker thread (`in_worker_thread`)
+    # or, for a coroutine route, in `run_route_body`; a request that reaches neither is
+    # counted only when its response starts, after the route ran. So every limited route
+    # must be one or the other, or a refused request could have done its work.
+    from reminder_api.ratelimit import is_limited_path
+
+    def walk(routes: list[Any]) -> Iterator[APIRoute]:
+        for route in routes:
+            if isinstance(route, APIRoute):
+                yield route
+            elif hasattr(route, "original_router"):  # FastAPI's included routers
+                yield from walk(route.original_router.routes)
+
+    limited = [r for r in walk(build_app(settings, db, clock).routes) if is_limited_path(r.path)]
+    assert len(limited) >= 20  # the walk found the /v1 routes
+    unchecked = [
+        f"{sorted(r.methods)} {r.path}"
+        for r in limited
+        if not getattr(r.endpoint, "runs_route_body_check", False)
+        and "run_route_body" not in r.endpoint.__code__.co_names
+    ]
+    assert unchecked == []
+
+
 def test_limit_zero_is_off(
     db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
 ) -> None:
@@ -166,6 +224,59 @@ def test_live_reminders_quota_refuses_and_stores_nothing(
         # A cancelled reminder is not live: room for one more.
         assert a.delete(f"{URL}/{first.json()['id']}", headers=alice).status_code == 200
         assert a.post(URL, json=new_york("2030-07-03T09:00"), headers=alice).status_code == 201
+
+
+def _bound(db: Engine, user_id: str) -> int | None:
+    with db.connect() as conn:
+        return conn.execute(
+            text("SELECT bound FROM live_reminder_bounds WHERE user_id = :u"), {"u": user_id}
+        ).scalar_one_or_none()
+
+
+def test_the_quota_counts_exactly_only_when_the_bound_passes_it(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    # The bound rises with each reminder made live, and does not fall when one stops
+    # being live; at the quota it is recounted (docs/operations.md, "Fair limits").
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 1, quota_live_reminders=2) as (a,):
+        ids = [
+            a.post(URL, json=new_york(f"2030-07-0{d}T09:00"), headers=alice).json()["id"]
+            for d in (1, 2)
+        ]
+        assert _bound(db, "alice") == 2
+        assert a.delete(f"{URL}/{ids[0]}", headers=alice).status_code == 200
+        assert _bound(db, "alice") == 2  # a cancel does not lower it
+        # The next create would make it 3 > 2: counted, 1 live + this one fits; the bound
+        # is now exact.
+        assert a.post(URL, json=new_york("2030-07-03T09:00"), headers=alice).status_code == 201
+        assert _bound(db, "alice") == 2
+        refused = a.post(URL, json=new_york("2030-07-04T09:00"), headers=alice)
+        assert assert_problem(refused, 429)["type"] == "/problems/quota-exceeded"
+        assert _bound(db, "alice") == 2  # a refusal raises nothing
+
+
+def test_a_user_without_a_bound_is_counted_and_the_bound_is_kept_with_the_quota_off(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 1, quota_live_reminders=0) as (off,):
+        for d in (1, 2, 3):
+            assert (
+                off.post(URL, json=new_york(f"2030-07-0{d}T09:00"), headers=alice).status_code
+                == 201
+            )
+    assert _bound(db, "alice") == 3  # kept while off: turning the quota on finds it true
+    with apps(db, settings, clock, 1, quota_live_reminders=3) as (on,):
+        assert on.post(URL, json=new_york("2030-07-04T09:00"), headers=alice).status_code == 429
+    # A user with reminders and no bound (an upgrade, a move between cells) is counted.
+    with db.begin() as conn:
+        conn.execute(text("DELETE FROM live_reminder_bounds"))
+    with apps(db, settings, clock, 1, quota_live_reminders=4) as (on,):
+        assert on.post(URL, json=new_york("2030-07-04T09:00"), headers=alice).status_code == 201
+        assert _bound(db, "alice") == 4
+        assert on.post(URL, json=new_york("2030-07-05T09:00"), headers=alice).status_code == 429
+        assert _bound(db, "alice") == 4
 
 
 def test_replay_at_the_quota_is_still_answered(

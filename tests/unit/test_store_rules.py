@@ -27,6 +27,7 @@ ENTITY = {
     "worker_heartbeats": "worker_heartbeat",
     "calendar_feeds": "calendar_feed",
     "rate_limits": "rate_limit",
+    "live_reminder_bounds": "live_reminder_bound",
     "webhook_endpoints": "webhook_endpoint",
     "cell_assignments": "cell_assignment",
     "cell_loads": "cell_load",

@@ -152,6 +152,11 @@ DELETE FROM calendar_feeds WHERE user_id = :user_id;
 -- name: cell_move_delete_rate_limits
 DELETE FROM rate_limits WHERE user_id = :user_id;
 
+-- name: cell_move_delete_live_reminder_bounds
+-- The quota's bound of the user's live reminders (started afresh, from an exact count, by
+-- their first create in the cell they live in).
+DELETE FROM live_reminder_bounds WHERE user_id = :user_id;
+
 -- name: cell_move_delete_queue_messages
 -- The user's messages still in this cell's PostgreSQL queue (a quiet-hours hold's, due
 -- back later) once they live elsewhere: nothing here would send them. Dead letters stay

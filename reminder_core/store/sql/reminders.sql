@@ -20,9 +20,10 @@ SELECT * FROM reminders WHERE id = :id AND user_id = :user_id FOR UPDATE;
 SELECT * FROM reminders WHERE user_id = :user_id AND client_request_id = :client_request_id;
 
 -- name: reminder_lock_owner
--- Serialise the quota checks of one user's creates and changes until the transaction
--- ends: a transaction-level advisory lock on the user id (key space 17, issue 17, for
--- quotas; two users whose ids hash alike only wait for each other).
+-- Serialise one user's count-then-insert of webhook endpoints until the transaction ends:
+-- a transaction-level advisory lock on the user id (key space 17, issue 17, for quotas;
+-- two users whose ids hash alike only wait for each other). The live-reminder quota is
+-- serialised by its bound's row lock instead (live_reminder_bounds.sql).
 SELECT pg_advisory_xact_lock(17, hashtext(:user_id));
 
 -- name: reminder_count_live
