@@ -16,6 +16,8 @@ from itertools import islice, pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reminder_core.domain.recurrence import (
     ExpansionLimitExceeded,
@@ -310,9 +312,96 @@ def test_tiny_iteration_limit_raises_expansion_limit_exceeded() -> None:
 
 
 def test_tiny_iteration_limit_also_bounds_compile() -> None:
-    # compile_schedule expands the first candidates to check their spacing.
+    # compile_schedule expands the first candidates to check their spacing (twice a day:
+    # not whole days apart, so all 51 are looked at).
     with pytest.raises(ExpansionLimitExceeded):
-        compile_schedule(START, rrule="FREQ=DAILY", limits=Limits(max_iterations=10))
+        compile_schedule(START, rrule="FREQ=DAILY;BYHOUR=9,21", limits=Limits(max_iterations=10))
+
+
+@pytest.mark.parametrize(
+    ("text", "spacing_s", "accepted"),
+    [
+        # Monday and Thursday at 09:00: 3 and 4 days apart (RFC 5545 §3.3.10, BYDAY).
+        ("FREQ=WEEKLY;BYDAY=MO,TH", 86400, True),
+        ("FREQ=WEEKLY;BYDAY=MO,TH", 3 * 86400, True),
+        ("FREQ=WEEKLY;BYDAY=MO,TH", 3 * 86400 + 1, False),
+        # Every day at 09:00: exactly one day apart; "closer than" is strict (past a
+        # day the rule's nominal spacing already refuses it).
+        ("FREQ=DAILY", 86400, True),
+        ("FREQ=DAILY", 86401, False),
+        # 09:00 and 09:30: not whole days apart, 30 minutes.
+        ("FREQ=DAILY;BYMINUTE=0,30", 1800, True),
+        ("FREQ=DAILY;BYMINUTE=0,30", 1801, False),
+    ],
+)
+def test_spacing_of_rules_whole_days_apart(text: str, spacing_s: int, accepted: bool) -> None:
+    limits = Limits(min_spacing_s=spacing_s)
+    if accepted:
+        compile_schedule(START, rrule=text, limits=limits)
+    else:
+        with pytest.raises(InvalidSchedule, match="minimum spacing"):
+            compile_schedule(START, rrule=text, limits=limits)
+
+
+def test_daily_across_a_dst_gap_is_a_day_apart() -> None:
+    # 02:30 every day does not exist in New York on 2026-03-08 (RFC 5545 §3.3.5: the
+    # candidate is the wall-clock time; the gap is resolved per occurrence afterwards).
+    start = datetime(2026, 3, 6, 2, 30)
+    schedule = compile_schedule(start, rrule="FREQ=DAILY", limits=Limits(min_spacing_s=86400))
+    firsts = list(islice(iter_occurrences(schedule, NY, after=datetime(2026, 3, 6, tzinfo=UTC)), 4))
+    assert [o.local.date().day for o in firsts] == [6, 7, 8, 9]
+
+
+@given(
+    freq=st.sampled_from(["DAILY", "WEEKLY", "MONTHLY", "YEARLY"]),
+    interval=st.integers(1, 3),
+    byday=st.none()
+    | st.lists(
+        st.sampled_from(["MO", "TU", "WE", "TH", "FR", "SA", "SU"]),
+        min_size=1,
+        max_size=4,
+        unique=True,
+    ),
+    bymonthday=st.none() | st.lists(st.integers(1, 31), min_size=1, max_size=3, unique=True),
+    count=st.none() | st.integers(1, 60),
+    spacing_s=st.sampled_from([0, 1, 3600, 43200, 86400]),
+)
+@settings(max_examples=150, deadline=None)
+def test_whole_day_shortcut_decides_as_the_full_scan(
+    freq: str,
+    interval: int,
+    byday: list[str] | None,
+    bymonthday: list[int] | None,
+    count: int | None,
+    spacing_s: int,
+) -> None:
+    # The shortcut only skips looking at candidates no rule of this shape can have too
+    # close: it must accept and refuse exactly what looking at all of them does.
+    from unittest import mock
+
+    from reminder_core.domain import recurrence
+
+    parts = [f"FREQ={freq}", f"INTERVAL={interval}"]
+    if byday:
+        parts.append("BYDAY=" + ",".join(byday))
+    if bymonthday and freq in ("MONTHLY", "YEARLY"):
+        parts.append("BYMONTHDAY=" + ",".join(map(str, bymonthday)))
+    if count is not None:
+        parts.append(f"COUNT={count}")
+    text = ";".join(parts)
+    limits = Limits(min_spacing_s=spacing_s)
+
+    def outcome() -> str:
+        try:
+            compile_schedule(START, rrule=text, limits=limits)
+        except InvalidSchedule as exc:
+            return f"{exc.field}: {exc.reason}"
+        return "accepted"
+
+    shortcut = outcome()
+    with mock.patch.object(recurrence, "_whole_days_apart", return_value=False):
+        full = outcome()
+    assert shortcut == full
 
 
 def test_count_with_many_candidates_is_bounded_by_iterations() -> None:
