@@ -99,8 +99,9 @@ class PendingTake:
     Attributes:
         taken: the outcome once taken; None before, or when the database could not be
             reached (`skipped`).
-        skipped: the take was attempted and the database was unavailable: the request is
-            let through unlimited and answered without rate-limit headers.
+        skipped: the take was attempted and the database could not take it (unreachable,
+            or read-only): the request is let through unlimited and answered without
+            rate-limit headers.
     """
 
     policy: RatePolicy
@@ -131,7 +132,10 @@ class PendingTake:
         if not self.done:
             try:
                 self.taken = self.take(self.policy, self.user_id, self.now)
-            except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
+            except (sa_exc.DBAPIError, sa_exc.TimeoutError) as exc:
+                # Unreachable, or reachable and unable to write (a primary demoted to
+                # read-only, a failover onto a standby): the request goes on unlimited,
+                # and a route that needs the database answers for itself.
                 log.warning("rate limit not checked (database unavailable): %s", exc)
                 self.skipped = True
         return self.taken

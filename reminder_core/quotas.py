@@ -78,12 +78,13 @@ def check_one_more_live(conn: Connection, *, user_id: str, quotas: Quotas) -> No
     cap = quotas.live_reminders
     if cap <= 0 or bound <= cap:
         return
-    live = store.count_live(conn, user_id=user_id)
+    live = store.count_live(conn, user_id=user_id)  # with any this transaction made live
     if live >= cap:
         raise QuotaExceeded(
             "QUOTA_LIVE_REMINDERS",
             cap,
-            f"this user has {live} live reminders; cancel some before creating more",
+            f"this would make {live + 1} live reminders for this user; cancel some before"
+            " creating more",
         )
     live_reminder_bounds.reset(conn, user_id=user_id, bound=live + 1)
 

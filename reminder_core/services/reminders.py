@@ -28,7 +28,7 @@ from reminder_core.domain.recurrence import (
     next_occurrence_and_progress,
 )
 from reminder_core.domain.states import CANCELLABLE, ReminderStatus
-from reminder_core.errors import Conflict, InvalidSchedule, NotFound
+from reminder_core.errors import Conflict, InvalidSchedule, NotFound, QuotaExceeded
 from reminder_core.quotas import Quotas, check_occurrences_per_day, check_one_more_live
 from reminder_core.scheduling import (
     ScheduleConfig,
@@ -122,6 +122,24 @@ def find_replay(
     return existing
 
 
+def _replay_after_lock(conn: Connection, draft: ReminderDraft) -> ReminderRecord | None:
+    """The reminder an earlier request with `draft`'s idempotency key created, read after
+    the quota's lock was taken (so a concurrent one that committed is seen), or None
+    (also without a key).
+
+    Raises:
+        Conflict: the key was used with another request body.
+    """
+    if draft.client_request_id is None:
+        return None
+    return find_replay(
+        conn,
+        user_id=draft.user_id,
+        client_request_id=draft.client_request_id,
+        request_fingerprint=draft.request_fingerprint,
+    )
+
+
 def create(
     conn: Connection,
     draft: ReminderDraft,
@@ -149,16 +167,18 @@ def create(
     content = draft.content
     compiled, next_run = accepted_schedule(content.schedule, zone, now, config)
     check_occurrences_per_day(compiled, zone, next_run, quotas=quotas, limits=config.limits)
-    check_one_more_live(conn, user_id=draft.user_id, quotas=quotas)
-    if draft.client_request_id is not None:  # created while this request waited for the lock
-        earlier = find_replay(
-            conn,
-            user_id=draft.user_id,
-            client_request_id=draft.client_request_id,
-            request_fingerprint=draft.request_fingerprint,
-        )
-        if earlier is not None:
-            return Created(earlier, replayed=True)
+    try:
+        check_one_more_live(conn, user_id=draft.user_id, quotas=quotas)
+    except QuotaExceeded:
+        # A concurrent create with this key may have taken the last free place while
+        # this request waited for the quota's lock: the retry is answered as its replay.
+        earlier = _replay_after_lock(conn, draft)
+        if earlier is None:
+            raise
+        return Created(earlier, replayed=True)
+    earlier = _replay_after_lock(conn, draft)  # created while this request waited
+    if earlier is not None:
+        return Created(earlier, replayed=True)
     new = NewReminder(
         user_id=draft.user_id,
         title=content.title,

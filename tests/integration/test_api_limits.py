@@ -288,6 +288,75 @@ def test_replay_at_the_quota_is_still_answered(
         assert a.post(URL, json=new_york(), headers=headers).status_code == 200
 
 
+def test_concurrent_retries_of_one_create_at_the_last_free_place_are_all_answered(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    # docs/operations.md: "An idempotent replay is answered at the quota". Retries of one
+    # create racing for the last free place: one creates it, every other waits for the
+    # quota's lock and is answered its replay, none is told it is over the quota.
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 2, quota_live_reminders=3) as clients:
+        for d in (1, 2):
+            body = new_york(f"2030-07-0{d}T09:00")
+            assert clients[0].post(URL, json=body, headers=alice).status_code == 201
+        keyed = {**alice, "Idempotency-Key": "last-place"}
+        body = new_york("2030-07-03T09:00")
+
+        def retry(i: int) -> tuple[int, str]:
+            answer = clients[i % 2].post(URL, json=body, headers=keyed)
+            return answer.status_code, answer.json().get("id", answer.text)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            answers = list(pool.map(retry, range(12)))
+    assert sorted(code for code, _ in answers) == [200] * 11 + [201], answers
+    assert len({rid for _, rid in answers}) == 1
+    assert _bound(db, "alice") == 3
+
+
+def test_an_import_past_the_quota_says_how_many_it_would_make(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    # Two live, a quota of 3, an import of two events: 4 would be live.
+    alice = bearer(token_for("alice"))
+    ics = vcalendar(
+        "UID:a\r\nDTSTART:20300105T090000Z\r\nSUMMARY:A",
+        "UID:b\r\nDTSTART:20300106T090000Z\r\nSUMMARY:B",
+    )
+    with apps(db, settings, clock, 1, quota_live_reminders=3) as (a,):
+        for d in (1, 2):
+            body = new_york(f"2030-07-0{d}T09:00")
+            assert a.post(URL, json=body, headers=alice).status_code == 201
+        refused = a.post(IMPORT, content=ics, headers=alice | ICS)
+    detail = assert_problem(refused, 429)["detail"]
+    assert "would make 4 live reminders" in detail, detail
+
+
+def test_a_read_only_database_lets_requests_through_unlimited(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    # docs/operations.md: when the database cannot take the budget the request goes on
+    # unlimited. A primary demoted to read-only (or a standby after a failover) refuses
+    # the take's write: reads still answer, without RateLimit headers; no 500.
+    from sqlalchemy import create_engine
+
+    read_only = create_engine(
+        db.url, connect_args={"options": "-c default_transaction_read_only=on"}
+    )
+    alice = bearer(token_for("alice"))
+    changed = settings.model_copy(update=SIXTY_A_MINUTE)
+    try:
+        with TestClient(build_app(changed, read_only, clock)) as a:
+            listed = a.get(URL, headers=alice)
+            unknown = a.get("/v1/no-such-collection", headers=alice)
+    finally:
+        read_only.dispose()
+    assert listed.status_code == 200, listed.text
+    assert "RateLimit" not in listed.headers
+    assert unknown.status_code == 404
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM rate_limits")).scalar_one() == 0
+
+
 def test_concurrent_creates_at_the_quota_edge_never_exceed_it(
     db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
 ) -> None:
