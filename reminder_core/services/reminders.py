@@ -77,12 +77,12 @@ class ReminderContent:
 class ReminderDraft:
     """A reminder to create: its content, its owner, and its idempotency key
     (`client_request_id`, None when none was given) with the hash of the request body
-    it came with (same key + other body → Conflict)."""
+    it came with (same key + other body → Conflict; None without a key)."""
 
     user_id: str
     content: ReminderContent
     client_request_id: str | None
-    request_fingerprint: str
+    request_fingerprint: str | None
     snoozed_from: uuid.UUID | None = None  # a snooze link of that reminder made it
     webhook_endpoint_id: uuid.UUID | None = None  # the webhook channel (None: email)
 
@@ -130,7 +130,7 @@ def _replay_after_lock(conn: Connection, draft: ReminderDraft) -> ReminderRecord
     Raises:
         Conflict: the key was used with another request body.
     """
-    if draft.client_request_id is None:
+    if draft.client_request_id is None or draft.request_fingerprint is None:
         return None
     return find_replay(
         conn,
@@ -206,7 +206,7 @@ def create(
         conn,
         user_id=draft.user_id,
         client_request_id=draft.client_request_id or "",
-        request_fingerprint=draft.request_fingerprint,
+        request_fingerprint=draft.request_fingerprint or "",  # keyed: fingerprinted
     )
     if existing is None:  # pragma: no cover - the conflict implies the row exists
         raise Conflict("idempotency key in use; retry")

@@ -72,7 +72,8 @@ class NewReminder:
 
     Attributes as in `ReminderRecord`; `next_run_utc` is the first occurrence (aware UTC),
     `client_request_id` the idempotency key (None: none given) and `request_fingerprint`
-    the hash of the request body it was given with.
+    the hash of the request body it was given with (None without a key: nothing to
+    compare a retry with).
     """
 
     user_id: str
@@ -89,7 +90,7 @@ class NewReminder:
     max_lateness_s: int
     next_run_utc: datetime
     client_request_id: str | None
-    request_fingerprint: str
+    request_fingerprint: str | None
     snoozed_from: uuid.UUID | None = None  # made by a snooze link of that reminder
     webhook_endpoint_id: uuid.UUID | None = None  # the webhook channel (None: email)
 
