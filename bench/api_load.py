@@ -134,6 +134,17 @@ async def _health(session: aiohttp.ClientSession, base: str, until: float, phase
         await asyncio.sleep(0.1)
 
 
+async def _get_healthz(session: aiohttp.ClientSession, base: str, phase: Phase) -> None:
+    """One `GET /healthz` (no token, no database): the floor's request."""
+    try:
+        async with session.get(base + "/healthz") as response:
+            await response.read()
+            status = str(response.status)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        status = type(exc).__name__
+    phase.statuses[status] = phase.statuses.get(status, 0) + 1
+
+
 async def _open_loop(base: str, tokens: list[str], rate: float, duration_s: float) -> Phase:
     phase = Phase(f"open {rate:.0f}/s")
     n = int(rate * duration_s)
@@ -157,7 +168,11 @@ async def _open_loop(base: str, tokens: list[str], rate: float, duration_s: floa
     return phase
 
 
-async def _closed_loop(base: str, tokens: list[str], clients: int, duration_s: float) -> Phase:
+async def _closed_loop(
+    base: str, tokens: list[str], clients: int, duration_s: float, *, floor: bool = False
+) -> Phase:
+    """`clients` connections each sending its next request when the last is answered:
+    creates, or with `floor` `GET /healthz`."""
     phase = Phase(f"saturation, {clients} connections")
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=clients)
@@ -169,7 +184,10 @@ async def _closed_loop(base: str, tokens: list[str], clients: int, duration_s: f
             i = k
             while time.perf_counter() < until:
                 phase.sent += 1
-                await _post(session, base, tokens[i % len(tokens)], time.perf_counter(), phase)
+                if floor:
+                    await _get_healthz(session, base, phase)
+                else:
+                    await _post(session, base, tokens[i % len(tokens)], time.perf_counter(), phase)
                 i += clients
 
         await asyncio.gather(*(client(k) for k in range(clients)))
@@ -189,7 +207,8 @@ def _generator(
     if kind == "open":
         phase = asyncio.run(_open_loop(base, tokens, x, duration_s))
     else:
-        phase = asyncio.run(_closed_loop(base, tokens, int(x), duration_s))
+        floor = kind == "floor"
+        phase = asyncio.run(_closed_loop(base, tokens, int(x), duration_s, floor=floor))
     out.put(asdict(phase))
 
 
@@ -403,6 +422,19 @@ def main() -> None:
                 note("saturation_per_s", sat_rate)
                 note("saturation_ratio_raw", sat_rate / rawn)
                 note("api_cpu_ms_per_create", sat.api_cpu_s / max(1, sat.created) * 1000)
+                # The floor: what uvicorn, the middleware and FastAPI's routing cost per
+                # request with no route code, token or database (GET /healthz), beside a
+                # create's CPU of the same round.
+                floor = run_generators(
+                    "floor", base, tokens, args.clients, min(args.duration, 5.0), 2, api.pid
+                )
+                served = floor.statuses.get("200", 0)
+                floor_ms = floor.api_cpu_s / max(1, served) * 1000
+                print(
+                    f"{'floor: GET /healthz, saturated':<30} {served / floor.elapsed_s:7.0f}/s"
+                    f"  API CPU {floor_ms:.2f} ms/request (server, middleware, routing)"
+                )
+                note("api_cpu_ms_floor", floor_ms)
                 over_rate = 2 * sat_rate
                 over = run_generators(
                     "open", base, tokens, over_rate, min(args.duration, 5.0), 2, api.pid
