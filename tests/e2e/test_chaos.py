@@ -180,6 +180,8 @@ def test_kill_9_chaos_with_webhook_reminders_loses_nothing(rig: Rig) -> None:
     expected = {key_of(rid, at) for rid, at in due.items()}
     assert set(got.accepted) == expected  # 0 lost, nothing else
     assert all(verified for _, _, verified in got.requests)  # every signature verified
+    # A request cut off mid-body can only come from a sender killed while writing it.
+    assert got.aborted <= sum(n for target, n in kills.items() if target.startswith("sender"))
     assert rig.provider.stats()["messages"] == []  # no email: the channel is the webhook
     final = progress(rig.engine)
     assert final.deliveries == {"sent": WEBHOOK_OCCURRENCES}
@@ -188,6 +190,7 @@ def test_kill_9_chaos_with_webhook_reminders_loses_nothing(rig: Rig) -> None:
         kills=kills,
         posts=len(got.requests),
         resent_same_webhook_id=got.duplicates,
+        cut_off_by_a_kill=got.aborted,
         dead_letters=final.dead_letters,
     )
 

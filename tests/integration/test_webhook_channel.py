@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import re
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -304,3 +306,25 @@ def test_a_failing_host_opens_its_own_breaker_only(now_clock: Clock) -> None:
             channel.close()
     assert receipt.provider_message_id == "k-good"
     assert receiver.received.requests[-1][0]["host"] == f"good.example.test:{port}"
+
+
+def test_the_receiver_counts_a_request_cut_off_mid_body_apart_from_bad_signatures() -> None:
+    """The chaos test's receiver (tests/support/webhook_receiver.py): a sender killed -9
+    between writing a POST's headers and its body (httpcore writes them separately) leaves
+    a request shorter than its Content-Length (RFC 9112 §6.3: incomplete). That is not a
+    signature failure and must not be recorded as one."""
+    secret = "whsec_" + base64.b64encode(b"receiver-self-test-secret-32byte").decode()
+    with running_receiver(secret) as receiver:
+        host, port = receiver.server_address[:2]
+        with socket.create_connection((str(host), int(port))) as sock:
+            sock.sendall(
+                b"POST /hooks/reminders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                b'\r\nContent-Length: 100\r\n\r\n{"type":'
+            )
+            sock.shutdown(socket.SHUT_WR)
+            sock.recv(1)  # the receiver closes without an answer
+        deadline = datetime.now(UTC) + timedelta(seconds=5)
+        while receiver.received.aborted == 0 and datetime.now(UTC) < deadline:
+            time.sleep(0.01)
+        assert receiver.received.aborted == 1
+        assert receiver.received.requests == []

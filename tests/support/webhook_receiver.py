@@ -18,12 +18,14 @@ from svix.webhooks import Webhook, WebhookVerificationError
 
 @dataclass
 class Received:
-    """What the receiver saw: every request (headers, parsed body, verified or not) and
-    the ids it accepted once."""
+    """What the receiver saw: every complete request (headers, parsed body, verified or
+    not), the ids it accepted once, and how many requests ended before their declared
+    body (a sender killed mid-request: nothing to verify and nobody to answer)."""
 
     requests: list[tuple[dict[str, str], Any, bool]] = field(default_factory=list)
     accepted: dict[str, Any] = field(default_factory=dict)  # webhook-id -> event
     duplicates: int = 0
+    aborted: int = 0
 
 
 class Receiver(ThreadingHTTPServer):
@@ -49,7 +51,13 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        declared = int(self.headers.get("content-length", "0"))
+        body = self.rfile.read(declared)
+        if len(body) < declared:  # the peer closed mid-body (RFC 9112 §8: incomplete)
+            with self.server.lock:
+                self.server.received.aborted += 1
+            self.close_connection = True
+            return
         headers = {k.lower(): v for k, v in self.headers.items()}
         try:
             self.server.verifier.verify(body, headers)
