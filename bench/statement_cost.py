@@ -2,13 +2,14 @@
 the same statements sent with psycopg alone (issue 15).
 
 A create's database work, as the API does it through the store (SQLAlchemy `text()`
-statements on pooled connections): the rate limit's take (an autocommit checkout and one
-upsert) and the create's transaction (a checkout, the quota bound's update, the INSERT
-... RETURNING *, the commit). The reference sends the same SQL text with the same
-parameters on one psycopg connection kept open, prepared, with no pool and no result
-objects. One thread, one user, a scratch database migrated like production; CPU seconds of
-this process (`time.process_time`) and wall time per create, each median of `--repeat`
-rounds, and the ratio.
+statements on a pooled connection): one checkout, the rate limit's take (one upsert in
+autocommit), then the create's transaction on the same connection (the quota bound's
+update, the INSERT ... RETURNING *, the commit); beside it the same with a checkout each
+for the take and the create (the API before the connection was kept for the route).
+The reference sends the same SQL text with the same parameters on one psycopg connection
+kept open, prepared, with no pool and no result objects. One thread, one user, a scratch
+database migrated like production; CPU seconds of this process (`time.process_time`) and
+wall time per create, each median of `--repeat` rounds, and the ratio.
 
 Usage: python -m bench.statement_cost [--n 1500] [--repeat 3]
 """
@@ -24,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from sqlalchemy import Connection
 
 from bench.support import libpq_url, scratch_database
 from reminder_core.db.session import make_engine
@@ -85,12 +87,27 @@ def main(argv: Sequence[str] | None = None) -> None:
                     conn, user_id="u1", now=datetime.now(UTC), emission_s=1e-4, tolerance_s=1e3
                 )
 
+        def create_on(conn: Connection, i: int) -> None:
+            if live_reminder_bounds.increment(conn, user_id="u1") is None:
+                live_reminder_bounds.start(conn, user_id="u1")
+            store.insert(conn, new_reminder(i), now=NOW)
+            conn.commit()
+
         def create(i: int) -> None:
             with engine.connect() as conn:
-                if live_reminder_bounds.increment(conn, user_id="u1") is None:
-                    live_reminder_bounds.start(conn, user_id="u1")
-                store.insert(conn, new_reminder(i), now=NOW)
+                create_on(conn, i)
+
+        def take_then_create(i: int) -> None:
+            # As the API does it (reminder_api.ratelimit): the take in autocommit on the
+            # connection the route then uses, back in the default isolation level.
+            with engine.connect() as conn:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                rate_limits.take(
+                    conn, user_id="u1", now=datetime.now(UTC), emission_s=1e-4, tolerance_s=1e3
+                )
                 conn.commit()
+                conn.execution_options(isolation_level=engine.dialect.default_isolation_level)
+                create_on(conn, i)
 
         raw_conn = psycopg.connect(libpq_url(url), prepare_threshold=0)
         take_sql = psycopg_text("rate_limit_take")
@@ -112,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             raw_conn.commit()
 
         modes = {
-            "store (SQLAlchemy, pool)": lambda i: (take(i), create(i)),
+            "store (SQLAlchemy, pool)": take_then_create,
+            "store, two checkouts": lambda i: (take(i), create(i)),
             "psycopg alone": lambda i: (raw_take(i), raw_create(i)),
         }
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in modes}
@@ -134,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"  {name:<26} {cpu:6.0f} µs CPU   {wall:6.0f} µs wall per create")
     store_cpu, raw_cpu = cpu_of["store (SQLAlchemy, pool)"], cpu_of["psycopg alone"]
     print(f"  store / psycopg alone: {store_cpu / raw_cpu:.2f} x the CPU")
+    two = cpu_of["store, two checkouts"]
+    print(f"  one checkout saves {two - store_cpu:.0f} µs CPU per create")
 
 
 if __name__ == "__main__":

@@ -139,7 +139,13 @@ class AppContext:
             UserMoving: the user is being moved between cells (answered 503).
             sqlalchemy.exc.OperationalError: the database cannot be reached (answered 503).
         """
-        conn = self.engine_for(user_id).connect()
+        engine = self.engine_for(user_id)
+        kept = KEPT_CONNECTION.get()
+        if kept is not None and kept[0] is engine:  # the rate limit's, left for this route
+            KEPT_CONNECTION.set(None)
+            conn = kept[1]
+        else:
+            conn = engine.connect()
         if self.cells is None or user_id is None or reads_only:
             return conn
         try:
@@ -168,11 +174,40 @@ ROUTE_BODY_CHECK: ContextVar[Callable[[], None] | None] = ContextVar(
 )
 
 
+#: A pooled connection (with its engine) that the request's check checked out in the
+#: route's worker thread and left for the route body: the route's first `ctx.connect` to
+#: that engine takes it instead of a checkout of its own (one checkout per request, not
+#: two: issue 15). What the route does not take is returned to the pool when the route
+#: body ends (`_checked`).
+KEPT_CONNECTION: ContextVar[tuple[Engine, Connection] | None] = ContextVar(
+    "kept_connection", default=None
+)
+
+
+def keep_for_route(engine: Engine, conn: Connection) -> None:
+    """Leave `conn` (of `engine`, outside any transaction) for the route body about to run
+    in this worker thread (see KEPT_CONNECTION); call only from a ROUTE_BODY_CHECK."""
+    release_kept()
+    KEPT_CONNECTION.set((engine, conn))
+
+
+def release_kept() -> None:
+    """Return a kept connection the route did not take to the pool (none: nothing)."""
+    kept = KEPT_CONNECTION.get()
+    if kept is not None:
+        KEPT_CONNECTION.set(None)
+        kept[1].close()
+
+
 def _checked(route: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     check = ROUTE_BODY_CHECK.get()
-    if check is not None:
+    if check is None:
+        return route(*args, **kwargs)
+    try:
         check()
-    return route(*args, **kwargs)
+        return route(*args, **kwargs)
+    finally:
+        release_kept()
 
 
 async def run_route_body(route: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:

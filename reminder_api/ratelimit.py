@@ -33,7 +33,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from reminder_api.deps import ROUTE_BODY_CHECK, AppContext, current_principal
+from reminder_api.deps import ROUTE_BODY_CHECK, AppContext, current_principal, keep_for_route
 from reminder_api.errors import problem
 from reminder_core.metrics import API_LIMITED
 from reminder_core.store import rate_limits
@@ -107,7 +107,7 @@ class PendingTake:
     policy: RatePolicy
     user_id: str
     now: datetime
-    take: Callable[[RatePolicy, str, datetime], Taken]
+    take: Callable[[RatePolicy, str, datetime, bool], Taken]
     taken: Taken | None = None
     skipped: bool = False
 
@@ -122,16 +122,17 @@ class PendingTake:
         Raises:
             RateRefused: the request is past the budget; the route must not run.
         """
-        taken = self.run()
+        taken = self.run(keep=True)
         if taken is not None and not taken.taken:
             raise RateRefused(self.user_id)
 
-    def run(self) -> Taken | None:
+    def run(self, *, keep: bool = False) -> Taken | None:
         """Take (blocking: call in a worker thread) unless done; the outcome, None when
-        the database is unavailable (logged once)."""
+        the database is unavailable (logged once). With `keep`, the connection the take
+        used is left for the route body about to run (`reminder_api.deps.keep_for_route`)."""
         if not self.done:
             try:
-                self.taken = self.take(self.policy, self.user_id, self.now)
+                self.taken = self.take(self.policy, self.user_id, self.now, keep)
             except (sa_exc.DBAPIError, sa_exc.TimeoutError) as exc:
                 # Unreachable, or reachable and unable to write (a primary demoted to
                 # read-only, a failover onto a standby): the request goes on unlimited,
@@ -242,8 +243,33 @@ class RateLimit:
             return None
         return principal.subject
 
-    def _take(self, policy: RatePolicy, user_id: str, now: datetime) -> Taken:
+    def _take(self, policy: RatePolicy, user_id: str, now: datetime, keep: bool) -> Taken:
+        """Take one request from `user_id`'s budget at `now`, in autocommit. With `keep`
+        (in the route's worker thread, before its body) on a connection checked out here
+        and left for the route (`keep_for_route`), back in the engine's default
+        isolation level for the route's transaction; else on a connection returned at
+        once.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError: no take (the caller
+                lets the request through); no connection is kept.
+        """
         engine = self.ctx.engine_for(user_id)
+        if keep:
+            conn = engine.connect()
+            try:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                taken = rate_limits.take(
+                    conn, user_id=user_id, now=now, emission_s=policy.emission_s,
+                    tolerance_s=policy.tolerance_s,
+                )  # fmt: skip
+                conn.commit()  # ends SQLAlchemy's autobegun transaction (nothing to send)
+                conn.execution_options(isolation_level=engine.dialect.default_isolation_level)
+            except BaseException:
+                conn.close()
+                raise
+            keep_for_route(engine, conn)
+            return taken
         autocommit = self._autocommit.get(id(engine))
         if autocommit is None:
             autocommit = self._autocommit.setdefault(

@@ -12,16 +12,18 @@ so the budget refills only when it does.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from reminder_core.settings import Settings
 from tests.conftest import table_counts
@@ -434,3 +436,67 @@ def test_refusals_are_counted_by_limit(
         assert a.post(URL, json=new_york("2030-07-02T09:00"), headers=alice).status_code == 429
         assert [a.get(URL, headers=alice).status_code for _ in range(2)] == [200, 429]
     assert (_limited("rate") - rate, _limited("QUOTA_LIVE_REMINDERS") - quota) == (1, 1)
+
+
+@dataclass
+class PoolUse:
+    """What `db`'s pool did while a `pool_use` block ran."""
+
+    checkouts: int = 0
+    autocommit: list[bool] = field(default_factory=list)  # per statement, its connection's
+
+
+@contextmanager
+def pool_use(db: Engine) -> Iterator[PoolUse]:
+    """Count checkouts of `db`'s pool and note, per statement run, whether its
+    connection was in autocommit, while the block runs."""
+    seen = PoolUse()
+
+    def on_checkout(*_: object) -> None:
+        seen.checkouts += 1
+
+    def before(conn: Any, *_: object) -> None:
+        seen.autocommit.append(bool(conn.connection.driver_connection.autocommit))
+
+    event.listen(db, "checkout", on_checkout)
+    event.listen(db, "before_cursor_execute", before)
+    try:
+        yield seen
+    finally:
+        event.remove(db, "checkout", on_checkout)
+        event.remove(db, "before_cursor_execute", before)
+
+
+def test_the_take_and_the_route_share_one_checkout(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    """Issue 15: the rate limit's take checks out the connection the route body then
+    uses (reminder_api.deps.KEPT_CONNECTION): one checkout per counted request, the take
+    alone in autocommit (a request that fails still counts), the route's statements in a
+    transaction (nothing partial), and the connection back in the pool after a 201, a 404
+    raised in the route body, and a 429 refused before it."""
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 1, rate_limit_per_minute=60, rate_limit_burst=2) as (a,):
+        with pool_use(db) as seen:
+            created = a.post(URL, json=new_york(), headers=alice)
+        assert created.status_code == 201, created.text
+        assert seen.checkouts == 1
+        take, *route = seen.autocommit
+        assert take is True  # its own transaction
+        assert len(route) >= 2  # the quota bound, the INSERT, ...
+        assert not any(route)  # ... in one transaction
+        assert db.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+        with pool_use(db) as seen:
+            missing = a.get(f"{URL}/{uuid.uuid4()}", headers=alice)
+        assert missing.status_code == 404
+        assert seen.checkouts == 1
+        assert db.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+        with pool_use(db) as seen:
+            refused = a.post(URL, json=new_york(), headers=alice)
+        assert refused.status_code == 429
+        assert (seen.checkouts, seen.autocommit) == (1, [True])  # the take only
+        assert db.pool.checkedout() == 0  # type: ignore[attr-defined]
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 1
