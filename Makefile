@@ -50,6 +50,7 @@ bench: $(STAMP)
 	PYTHONPATH=. $(BIN)/python bench/mutations.py
 	PYTHONPATH=. $(BIN)/python bench/api_load.py --repeat 2 --json $(BENCH_OUT)/api_load.json
 	PYTHONPATH=. $(BIN)/python bench/statement_cost.py
+	PYTHONPATH=. $(BIN)/python bench/app_cpu.py
 	PYTHONPATH=. $(BIN)/python bench/latency.py --json $(BENCH_OUT)/latency.json
 	bash bench/first_run.sh
 	$(BIN)/python bench/summary.py $(BENCH_OUT)
