@@ -145,6 +145,7 @@ class AppContext:
             KEPT_CONNECTION.set(None)
             conn = kept[1]
         else:
+            release_kept()  # another cell's: never hold two connections for one request
             conn = engine.connect()
         if self.cells is None or user_id is None or reads_only:
             return conn

@@ -12,6 +12,7 @@ so the budget refills only when it does.
 
 from __future__ import annotations
 
+import contextvars
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,8 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event, text
 
+from reminder_api.deps import KEPT_CONNECTION, keep_for_route
+from reminder_core.db.session import make_engine
 from reminder_core.settings import Settings
 from tests.conftest import table_counts
 from tests.integration.api_support import PROBLEM_JSON, URL, Clock, TokenFor, bearer, build_app
@@ -500,3 +503,27 @@ def test_the_take_and_the_route_share_one_checkout(
         assert db.pool.checkedout() == 0  # type: ignore[attr-defined]
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 1
+
+
+def test_a_kept_connection_of_another_engine_is_returned_before_a_checkout(
+    db: Engine, settings: Settings, clock: Clock
+) -> None:
+    """With cells, a route may connect to another cell than the one its user's take ran
+    on (an operator's route): the kept connection goes back to its pool before the new
+    checkout, so one request never holds two connections (a pool sized for one per
+    request cannot run dry)."""
+    ctx = build_app(settings, db, clock).state.ctx
+    other = make_engine(str(db.url.render_as_string(hide_password=False)), pool_size=1)
+    try:
+
+        def in_route_thread() -> None:
+            keep_for_route(other, other.connect())
+            assert other.pool.checkedout() == 1  # type: ignore[attr-defined]
+            with ctx.connect() as conn:  # the app's engine, not `other`
+                assert conn.engine is db
+                assert other.pool.checkedout() == 0  # type: ignore[attr-defined]
+            assert KEPT_CONNECTION.get() is None
+
+        contextvars.copy_context().run(in_route_thread)
+    finally:
+        other.dispose()
