@@ -9,10 +9,11 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from typing_extensions import TypedDict  # pydantic needs this one's TypedDict on 3.11
 
 from reminder_core.errors import (
@@ -36,6 +37,9 @@ from reminder_core.tokens import TokenError, verify_token
 log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
+#: The status a request is recorded with when its client left before sending its body
+#: (nginx's 499 "client closed request"; no client ever reads it).
+CLIENT_CLOSED_REQUEST = 499
 TYPE_BASE = "/problems/"  # relative type URIs, RFC 9457 §3.1.1
 #: Characters a URI path keeps unescaped (RFC 3986 §3.3 pchar and "/"; quote() never
 #: escapes the unreserved "-._~").
@@ -368,6 +372,16 @@ def install_error_handlers(app: FastAPI) -> None:
 
     for outage in (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError):
         app.add_exception_handler(outage, database_unavailable)
+
+    async def client_disconnected(request: Request, _exc: Exception) -> Response:
+        # The client closed its connection before its request body arrived (a timeout,
+        # a cancelled upload): nothing of the route ran and nobody reads an answer. Not a
+        # server error: recorded as 499, nginx's "client closed request".
+        log.info("client disconnected before its request body: %s %s", request.method,
+                 request.url.path)  # fmt: skip
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+    app.add_exception_handler(ClientDisconnect, client_disconnected)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, _exc: Exception) -> JSONResponse:

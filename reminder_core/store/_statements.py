@@ -43,12 +43,14 @@ def _load() -> dict[str, Statement]:
             if name in queries:
                 raise RuntimeError(f"duplicate query name {name!r} in {entry.name}")
             queries[name] = text(body.strip().rstrip(";"))
-    _unlearned.update({id(statement): name for name, statement in queries.items()})
+    _names.update({id(statement): name for name, statement in queries.items()})
     return queries
 
 
-#: id of each statement as loaded -> its name, until its result columns are learned.
-_unlearned: dict[int, str] = {}
+#: id of each statement `query` now returns -> its name (`_learn_columns`).
+_names: dict[int, str] = {}
+#: The result columns declared on a statement, by name (`_learn_columns`).
+_declared: dict[str, tuple[str, ...]] = {}
 
 
 def query(name: str) -> Statement:
@@ -102,53 +104,71 @@ def records(cls: type[T], result: CursorResult[Any], /, **convert: Callable[[Any
     record mapping of the store. `convert` names the fields whose column value is passed
     through a function first (e.g. `status=ReminderStatus`).
 
-    Rows are built positionally (the cheapest construction of a slotted dataclass): in
-    column order when the statement selects the fields in field order, else through an
-    index computed once per result.
+    Fields are matched with the columns by the names the database gave this result (its
+    row description), never by SQLAlchemy's keys, which a learned statement caches
+    (`_learn_columns`): a migration that reorders a table's columns under a running
+    process cannot swap two fields' values. Rows are built positionally (the cheapest
+    construction of a slotted dataclass): in column order when the statement selects the
+    fields in field order, else through an index computed once per result.
 
-    Side effect: the first time, the statement's result columns are learned
-    (`_learn_columns`).
+    Side effect: the statement's result columns are learned, or learned again when the
+    database's differ from those learned (`_learn_columns`).
 
     Raises:
         RuntimeError: the statement's columns are not exactly the record's fields, or
-            `convert` names a field the record does not have, or the rows have more
-            values than the learned columns (a statement and its record drifted apart,
-            e.g. a migration added a column: fix one of them).
+            `convert` names a field the record does not have (a statement and its record
+            drifted apart, e.g. a migration added a column: fix one of them).
     """
     names = [f.name for f in dataclasses.fields(cast(Any, cls))]
-    keys = list(result.keys())
-    if sorted(keys) != sorted(names) or not set(convert) <= set(names):
+    columns = _columns_of(result)
+    _learn_columns(result, columns)
+    if sorted(columns) != sorted(names) or not set(convert) <= set(names):
         raise RuntimeError(
             f"{cls.__name__} has the fields {names} (converting {sorted(convert)}), "
-            f"the statement returns the columns {keys}"
+            f"the statement returns the columns {list(columns)}"
         )
-    _learn_columns(result)
     rows = result.all()
-    if rows and len(rows[0]) != len(names):  # a column added since the columns were learned
-        raise RuntimeError(
-            f"{cls.__name__} has the fields {names}, the statement now returns "
-            f"{len(rows[0])} columns"
-        )
     build = cast(Callable[..., T], cls)
-    order = [keys.index(name) for name in names]
+    order = [columns.index(name) for name in names]
     if not convert and order == list(range(len(names))):
         return [build(*row) for row in rows]
     steps = [(i, convert.get(name)) for i, name in zip(order, names, strict=True)]
     return [build(*[row[i] if fn is None else fn(row[i]) for i, fn in steps]) for row in rows]
 
 
-def _learn_columns(result: CursorResult[Any]) -> None:
-    """After a store statement's first result read as records, replace it (for every
-    later `query`) by the same text with its result columns declared in order
-    (`TextClause.columns`): SQLAlchemy then caches the result metadata of the compiled
-    statement instead of rebuilding it from the cursor description on every execution
-    (its `_merge_cols_by_none` path: 50-100 µs of a create's ~750 µs of CPU in the
-    store, bench/statement_cost.py). The columns are the ones the database returned, in its
-    order, so `SELECT *` is exact; a column added later is caught by `records`' count."""
+def _columns_of(result: CursorResult[Any]) -> tuple[str, ...]:
+    """The result's column names as the database described them (psycopg's
+    `Cursor.pgresult`, libpq's PQfname: a few µs), before any row is fetched; SQLAlchemy's
+    keys when the driver's result is gone."""
+    pgresult = getattr(result.cursor, "pgresult", None)
+    if pgresult is None:
+        return tuple(result.keys())
+    return tuple(pgresult.fname(i).decode() for i in range(pgresult.nfields))
+
+
+def _learn_columns(result: CursorResult[Any], columns: tuple[str, ...]) -> None:
+    """Declare a store statement's result columns (`TextClause.columns`, in the order
+    the database returned them) once it has been read as records, and again whenever the
+    database returns other columns than those declared (a migration ran).
+
+    With its columns declared, SQLAlchemy caches the compiled statement's result metadata
+    instead of rebuilding it from the cursor description on every execution (its
+    `_merge_cols_by_none` path: 50-100 µs of a create's ~750 µs of CPU in the store,
+    bench/statement_cost.py). That cached metadata maps columns by position, so `records`
+    reads names from the database's row description instead (`_columns_of`).
+    """
     statement = result.context.invoked_statement
-    name = _unlearned.pop(id(statement), None)
-    if name is None:
+    name = _names.get(id(statement))
+    if name is None or _declared.get(name) == columns:
         return
-    queries = _load()
-    if isinstance(statement, TextClause) and queries.get(name) is statement:
-        queries[name] = statement.columns(*(column(key) for key in result.keys()))
+    current = _load().get(name)
+    if current is None or current is not statement:
+        return  # an older statement of that name, still running somewhere
+    text_clause = current if isinstance(current, TextClause) else current.element
+    if not isinstance(text_clause, TextClause):
+        return
+    declared = text_clause.columns(*(column(c) for c in columns))
+    _load()[name] = declared
+    _declared[name] = columns
+    _names[id(declared)] = name
+    _names.pop(id(statement), None)

@@ -14,6 +14,8 @@ must give the instants of our own preview.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,10 +23,12 @@ import icalendar
 import pytest
 import recurring_ical_events
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine
 
+from reminder_core.settings import Settings
 from tests.conftest import table_counts, utc
-from tests.integration.api_support import PROBLEM_JSON, URL, TokenFor, bearer
+from tests.integration.api_support import PROBLEM_JSON, URL, Clock, TokenFor, bearer, build_app
 
 FEED = "/v1/calendar-feed"
 IMPORT = "/v1/reminders:import"
@@ -466,3 +470,46 @@ def test_import_is_idempotent_on_its_key(
     # Another user's key space is their own.
     bobs = client.post(IMPORT, content=ics, headers=keyed | bob)
     assert bobs.status_code == 201, bobs.text
+
+
+def test_an_import_whose_client_leaves_before_its_body_is_no_server_error(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """Found by an adversarial trial: a client that timed out while uploading its
+    calendar made `request.body()` raise ClientDisconnect, logged as "unhandled error" and
+    counted 500 (a 5xx alert for a client's timeout). Now: nothing stored, no error log,
+    counted 499 (nginx's "client closed request")."""
+    app = build_app(settings, db, clock)
+    before = table_counts(db)
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": IMPORT, "raw_path": IMPORT.encode(), "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+        "headers": [(b"host", b"t"), (b"content-type", b"text/calendar"),
+                    (b"content-length", b"5000"),
+                    (b"authorization", f"Bearer {token_for('alice')}".encode())],
+    }  # fmt: skip
+    answers: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}  # the client is gone before any body
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            answers.append(message["status"])
+
+    def requests_counted(status: str) -> float:
+        return REGISTRY.get_sample_value(
+            "reminders_api_requests_total",
+            {"method": "POST", "route": IMPORT, "status": status},
+        ) or 0.0  # fmt: skip
+
+    counted_499, counted_500 = requests_counted("499"), requests_counted("500")
+    with caplog.at_level(logging.INFO):
+        asyncio.run(app(scope, receive, send))
+    assert answers == [499]
+    assert requests_counted("499") == counted_499 + 1
+    assert requests_counted("500") == counted_500
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert table_counts(db) == before
