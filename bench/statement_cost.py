@@ -1,11 +1,12 @@
 """What the database path of one `POST /v1/reminders` costs in the API's Python, beside
 the same statements sent with psycopg alone (issue 15).
 
-A create's database work, as the API does it through the store (SQLAlchemy `text()`
-statements on a pooled connection): one checkout, the rate limit's take (one upsert in
-autocommit), then the create's transaction on the same connection (the quota bound's
-update, the INSERT ... RETURNING *, the commit); beside it the same with a checkout each
-for the take and the create (the API before the connection was kept for the route).
+A create's database work, as the API does it through the store (its statements run by
+`reminder_core.store._statements.run` on a pooled SQLAlchemy connection): one checkout,
+the rate limit's take (one upsert in autocommit), then the create's transaction on the
+same connection (the quota bound's update, the INSERT ... RETURNING *, the commit);
+beside it the same with a checkout each for the take and the create (the API before the
+connection was kept for the route).
 The reference sends the same SQL text with the same parameters on one psycopg connection
 kept open, prepared, with no pool and no result objects. One thread, one user, a scratch
 database migrated like production; CPU seconds of this process (`time.process_time`) and

@@ -1,9 +1,17 @@
 """The store's named SQL statements, loaded once from `store/sql/<table>.sql` (River's
-`dbsqlc/river_job.sql`, procrastinate's queries.sql): private to `reminder_core.store`.
+`dbsqlc/river_job.sql`, procrastinate's queries.sql), and `run`, which executes one on a
+SQLAlchemy `Connection`: private to `reminder_core.store`.
 
 A file holds blocks that start with a line `-- name: <query_name>`; each block is one
 statement run with bound parameters (`:now`, `:limit`, ...). Values are never formatted
 into SQL text.
+
+Why `run` and not `Connection.execute` (docs/design.md, "The statement path"): SQLAlchemy
+stays the store's connection, pool and transaction layer and its error types, but a
+statement is sent on the connection's own psycopg cursor, with the SQL text SQLAlchemy
+compiled for it once, instead of through SQLAlchemy's execution context and result
+(60-110 µs of CPU per statement however small, about half of what the API's create
+spends on its database path; bench/statement_cost.py).
 """
 
 from __future__ import annotations
@@ -12,21 +20,25 @@ import dataclasses
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from functools import cache
 from importlib import resources
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import orjson
-from sqlalchemy import CursorResult, TextClause, column, text
-from sqlalchemy.sql.selectable import TextualSelect
+from psycopg.pq import ExecStatus
+from sqlalchemy import Connection, TextClause, text
+from sqlalchemy.exc import MultipleResultsFound, NoResultFound, PendingRollbackError
 
 T = TypeVar("T")
 
-#: A store statement: its text as loaded, or once its result columns are learned the same
-#: text with them declared (`_learn_columns`).
-Statement = TextClause | TextualSelect
+#: A store statement, as loaded.
+Statement = TextClause
+
+#: libpq's status of a result that has rows (a SELECT, a RETURNING), however many.
+TUPLES_OK = ExecStatus.TUPLES_OK
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
@@ -43,14 +55,7 @@ def _load() -> dict[str, Statement]:
             if name in queries:
                 raise RuntimeError(f"duplicate query name {name!r} in {entry.name}")
             queries[name] = text(body.strip().rstrip(";"))
-    _names.update({id(statement): name for name, statement in queries.items()})
     return queries
-
-
-#: id of each statement `query` now returns -> its name (`_learn_columns`).
-_names: dict[int, str] = {}
-#: The result columns declared on a statement, by name (`_learn_columns`).
-_declared: dict[str, tuple[str, ...]] = {}
 
 
 def query(name: str) -> Statement:
@@ -99,20 +104,189 @@ def _json_default(value: object) -> str:
     raise TypeError(f"cannot serialise {type(value).__name__} for SQL")
 
 
-def records(cls: type[T], result: CursorResult[Any], /, **convert: Callable[[Any], Any]) -> list[T]:
+# --- Running a statement ---------------------------------------------------------------------
+
+#: The SQL text of each statement compiled for the psycopg dialect (pyformat
+#: placeholders, `%` escaped), by the statement's identity, beside the statement itself
+#: (held, so that its id cannot be reused): compiled once per process.
+_compiled: dict[int, tuple[Statement, str]] = {}
+#: A row constructor (a named tuple's `_make`) per result shape (column names, in the
+#: database's order).
+_row_classes: dict[tuple[str, ...], Callable[[Iterable[Any]], tuple[Any, ...]]] = {}
+
+
+class Rows:
+    """The whole result of one statement run by `run`: its rows (fetched at once, as
+    psycopg returned them), the column names the database described, and the row count.
+    The subset of SQLAlchemy's `Result` the store uses, with its errors: a row reads by
+    position or by column name (`row.status`)."""
+
+    __slots__ = ("_tuples", "columns", "rowcount")
+
+    def __init__(self, columns: tuple[str, ...], tuples: list[tuple[Any, ...]], rowcount: int):
+        self.columns = columns
+        self.rowcount = rowcount
+        self._tuples = tuples
+
+    def _named(self, row: tuple[Any, ...]) -> Any:
+        make = _row_classes.get(self.columns)
+        if make is None:
+            make = namedtuple("Row", self.columns, rename=True)._make  # type: ignore[attr-defined]
+            _row_classes[self.columns] = make
+        return make(row)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self._named(row) for row in self._tuples)
+
+    def all(self) -> list[Any]:
+        return [self._named(row) for row in self._tuples]
+
+    def first(self) -> Any | None:
+        """The first row, None when there is none."""
+        return self._named(self._tuples[0]) if self._tuples else None
+
+    def one_or_none(self) -> Any | None:
+        """The only row, None when there is none.
+
+        Raises:
+            MultipleResultsFound: more than one row.
+        """
+        if len(self._tuples) > 1:
+            raise MultipleResultsFound("Multiple rows were found when one or none was required")
+        return self.first()
+
+    def one(self) -> Any:
+        """The only row.
+
+        Raises:
+            NoResultFound: no row. MultipleResultsFound: more than one.
+        """
+        found = self.one_or_none()
+        if found is None:
+            raise NoResultFound("No row was found when one was required")
+        return found
+
+    def scalars(self) -> list[Any]:
+        """The first column of every row."""
+        return [row[0] for row in self._tuples]
+
+    def scalar(self) -> Any | None:
+        """The first column of the first row, None when there is no row."""
+        return self._tuples[0][0] if self._tuples else None
+
+    def scalar_one_or_none(self) -> Any | None:
+        """The first column of the only row, None when there is none.
+
+        Raises:
+            MultipleResultsFound: more than one row.
+        """
+        if len(self._tuples) > 1:
+            raise MultipleResultsFound("Multiple rows were found when one or none was required")
+        return self.scalar()
+
+    def scalar_one(self) -> Any:
+        """The first column of the only row.
+
+        Raises:
+            NoResultFound: no row. MultipleResultsFound: more than one.
+        """
+        if len(self._tuples) != 1:
+            self.one()  # raises the right one
+        return self._tuples[0][0]
+
+
+def run(conn: Connection, statement: Statement, params: Mapping[str, Any] | None = None) -> Rows:
+    """Run one store statement (from `query`) with `params` on `conn`, in `conn`'s
+    transaction, and return its whole result.
+
+    As `conn.execute(statement, params)` would, for every statement of the store (text,
+    untyped binds, no streaming): the transaction begins when none has (autobegin; a
+    later `conn.commit()` commits it), an inactive one is refused, the engine's
+    `before_cursor_execute` and `after_cursor_execute` listeners are called (with no
+    execution context: `context` is None), and a driver error is raised as SQLAlchemy
+    raises it (`IntegrityError`, `OperationalError`, ...: `DBAPIError` wrapping the
+    psycopg error), through the connection's own handler, which also invalidates the
+    connection, and the pool's older connections, on a disconnect. What differs: the
+    statement runs on the pooled psycopg connection's cursor with the SQL text SQLAlchemy
+    compiled for it once (`_sql`), its rows are fetched at once and read by `Rows`
+    (values exactly as psycopg's adapters give them, as before: no SQLAlchemy result
+    processors ran on untyped text columns), and `echo` does not log it.
+
+    Args:
+        conn: an open SQLAlchemy Connection (psycopg 3 dialect).
+        statement: a statement `query` returned.
+        params: the bound parameters by name (`:now` -> {"now": ...}).
+
+    Raises:
+        sqlalchemy.exc.DBAPIError: (a subclass) the database refused or lost it.
+        sqlalchemy.exc.PendingRollbackError: `conn`'s transaction failed earlier.
+    """
+    fairy = conn.connection  # raises as SQLAlchemy does for a closed or invalid connection
+    trans = conn.get_transaction()
+    if trans is None:
+        conn.begin()
+    elif not trans.is_active:
+        raise PendingRollbackError(
+            "This connection is on an inactive transaction. Please rollback() fully before"
+            " proceeding"
+        )
+    known = _compiled.get(id(statement))
+    sql = known[1] if known is not None and known[0] is statement else _sql(conn, statement)
+    values: Mapping[str, Any] = params if params is not None else {}
+    cursor = fairy.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        dispatch = conn.dispatch
+        for hook in dispatch.before_cursor_execute:
+            sql, values = hook(conn, cursor, sql, values, None, False)
+        cursor.execute(sql, values)
+        for after in dispatch.after_cursor_execute:
+            after(conn, cursor, sql, values, None, False)
+        pgresult = cursor.pgresult
+        if pgresult is None or pgresult.status != TUPLES_OK:  # not `description`: it
+            rows = Rows((), [], cursor.rowcount)  # builds a Column per column (~20 µs)
+        else:
+            columns = tuple(pgresult.fname(i).decode() for i in range(pgresult.nfields))
+            rows = Rows(columns, cursor.fetchall(), cursor.rowcount)
+    except BaseException as e:
+        _raise(conn, e, sql, values, cursor)
+    cursor.close()
+    return rows
+
+
+def _sql(conn: Connection, statement: Statement) -> str:
+    """`statement`'s SQL text for `conn`'s dialect (psycopg's pyformat placeholders),
+    compiled by SQLAlchemy once and cached."""
+    dialect = conn.dialect
+    if dialect.driver != "psycopg" or dialect.positional:
+        raise RuntimeError(f"the store runs on psycopg 3, not {dialect.name}+{dialect.driver}")
+    compiled = statement.compile(dialect=dialect).string
+    _compiled[id(statement)] = (statement, compiled)
+    return compiled
+
+
+def _raise(
+    conn: Connection, e: BaseException, sql: str, values: Mapping[str, Any], cursor: Any
+) -> NoReturn:
+    """Raise `e` as `Connection.execute` would: through the connection's handler of
+    driver errors (SQLAlchemy's `Connection._handle_dbapi_exception`: wraps a DBAPI error
+    in its `DBAPIError` subclass, calls `handle_error` listeners, and on a disconnect
+    invalidates this connection and the pool's older ones). A private method of
+    SQLAlchemy's, used so that the store's errors stay exactly SQLAlchemy's
+    (tests/integration/test_store_statements.py pins what the store relies on)."""
+    handler = cast(Callable[..., NoReturn], conn._handle_dbapi_exception)
+    handler(e, sql, values, cursor, None)
+
+
+def records(cls: type[T], result: Rows, /, **convert: Callable[[Any], Any]) -> list[T]:
     """One `cls` (a dataclass) per row of `result`, field by column name: the one row →
     record mapping of the store. `convert` names the fields whose column value is passed
     through a function first (e.g. `status=ReminderStatus`).
 
     Fields are matched with the columns by the names the database gave this result (its
-    row description), never by SQLAlchemy's keys, which a learned statement caches
-    (`_learn_columns`): a migration that reorders a table's columns under a running
+    row description), so a migration that reorders a table's columns under a running
     process cannot swap two fields' values. Rows are built positionally (the cheapest
     construction of a slotted dataclass): in column order when the statement selects the
     fields in field order, else through an index computed once per result.
-
-    Side effect: the statement's result columns are learned, or learned again when the
-    database's differ from those learned (`_learn_columns`).
 
     Raises:
         RuntimeError: the statement's columns are not exactly the record's fields, or
@@ -120,55 +294,16 @@ def records(cls: type[T], result: CursorResult[Any], /, **convert: Callable[[Any
             drifted apart, e.g. a migration added a column: fix one of them).
     """
     names = [f.name for f in dataclasses.fields(cast(Any, cls))]
-    columns = _columns_of(result)
-    _learn_columns(result, columns)
+    columns = result.columns
     if sorted(columns) != sorted(names) or not set(convert) <= set(names):
         raise RuntimeError(
             f"{cls.__name__} has the fields {names} (converting {sorted(convert)}), "
             f"the statement returns the columns {list(columns)}"
         )
-    rows = result.all()
+    rows = result._tuples
     build = cast(Callable[..., T], cls)
     order = [columns.index(name) for name in names]
     if not convert and order == list(range(len(names))):
         return [build(*row) for row in rows]
     steps = [(i, convert.get(name)) for i, name in zip(order, names, strict=True)]
     return [build(*[row[i] if fn is None else fn(row[i]) for i, fn in steps]) for row in rows]
-
-
-def _columns_of(result: CursorResult[Any]) -> tuple[str, ...]:
-    """The result's column names as the database described them (psycopg's
-    `Cursor.pgresult`, libpq's PQfname: a few µs), before any row is fetched; SQLAlchemy's
-    keys when the driver's result is gone."""
-    pgresult = getattr(result.cursor, "pgresult", None)
-    if pgresult is None:
-        return tuple(result.keys())
-    return tuple(pgresult.fname(i).decode() for i in range(pgresult.nfields))
-
-
-def _learn_columns(result: CursorResult[Any], columns: tuple[str, ...]) -> None:
-    """Declare a store statement's result columns (`TextClause.columns`, in the order
-    the database returned them) once it has been read as records, and again whenever the
-    database returns other columns than those declared (a migration ran).
-
-    With its columns declared, SQLAlchemy caches the compiled statement's result metadata
-    instead of rebuilding it from the cursor description on every execution (its
-    `_merge_cols_by_none` path: 50-100 µs of a create's ~750 µs of CPU in the store,
-    bench/statement_cost.py). That cached metadata maps columns by position, so `records`
-    reads names from the database's row description instead (`_columns_of`).
-    """
-    statement = result.context.invoked_statement
-    name = _names.get(id(statement))
-    if name is None or _declared.get(name) == columns:
-        return
-    current = _load().get(name)
-    if current is None or current is not statement:
-        return  # an older statement of that name, still running somewhere
-    text_clause = current if isinstance(current, TextClause) else current.element
-    if not isinstance(text_clause, TextClause):
-        return
-    declared = text_clause.columns(*(column(c) for c in columns))
-    _load()[name] = declared
-    _declared[name] = columns
-    _names[id(declared)] = name
-    _names.pop(id(statement), None)

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from reminder_core.store._statements import query, records
+from reminder_core.store._statements import query, records, run
 
 #: Bytes of randomness in a feed secret (256 bits; RFC 4086 §8's bar is far below).
 SECRET_BYTES = 32
@@ -39,7 +39,8 @@ def upsert(conn: Connection, *, user_id: str, secret: str, now: datetime) -> dat
     """Store `secret`'s digest as the user's feed, replacing any earlier one (a
     rotation: the old secret is refused from this commit on); returns the feed's
     `created_at` (aware UTC, `now`) (`calendar_feed_upsert`)."""
-    row = conn.execute(
+    row = run(
+        conn,
         query("calendar_feed_upsert"),
         {"user_id": user_id, "secret_sha256": digest(secret), "now": now},
     ).one()
@@ -49,7 +50,7 @@ def upsert(conn: Connection, *, user_id: str, secret: str, now: datetime) -> dat
 
 def delete(conn: Connection, *, user_id: str) -> bool:
     """Revoke the user's feed; True if there was one (`calendar_feed_delete`)."""
-    return bool(conn.execute(query("calendar_feed_delete"), {"user_id": user_id}).rowcount)
+    return bool(run(conn, query("calendar_feed_delete"), {"user_id": user_id}).rowcount)
 
 
 def find(conn: Connection, *, secret: str) -> str | None:
@@ -60,7 +61,7 @@ def find(conn: Connection, *, secret: str) -> str | None:
     about the secret, whose preimage the caller chose); the digest found is compared
     again in constant time (`hmac.compare_digest`)."""
     wanted = digest(secret)
-    rows = records(FeedRow, conn.execute(query("calendar_feed_find"), {"secret_sha256": wanted}))
+    rows = records(FeedRow, run(conn, query("calendar_feed_find"), {"secret_sha256": wanted}))
     for row in rows:
         if hmac.compare_digest(bytes(row.secret_sha256), wanted):
             return row.user_id

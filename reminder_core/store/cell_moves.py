@@ -13,7 +13,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from reminder_core.store._statements import query
+from reminder_core.store._statements import query, run
 
 #: The tables holding a user's rows that move with them, in the order they are written
 #: (a reminder names its webhook endpoint; a delivery row names its reminder). Left
@@ -62,30 +62,30 @@ class UserRowsSummary:
 def lock(conn: Connection, *, user_id: str) -> None:
     """Take `user_id`'s move lock exclusively until the transaction ends, waiting for the
     API writes of that user in progress (`cell_move_lock`)."""
-    conn.execute(query("cell_move_lock"), {"user_id": user_id})
+    run(conn, query("cell_move_lock"), {"user_id": user_id})
 
 
 def lock_shared(conn: Connection, *, user_id: str) -> None:
     """Take `user_id`'s move lock shared until the transaction ends: an API write's
     first statement, before it reads the marker (`cell_move_lock_shared`)."""
-    conn.execute(query("cell_move_lock_shared"), {"user_id": user_id})
+    run(conn, query("cell_move_lock_shared"), {"user_id": user_id})
 
 
 def try_lock(conn: Connection, *, user_id: str) -> bool:
     """Take `user_id`'s mover lock (a session lock, in the directory's database); False
     when another move holds it (`cell_move_try_lock`)."""
-    return bool(conn.execute(query("cell_move_try_lock"), {"user_id": user_id}).scalar())
+    return bool(run(conn, query("cell_move_try_lock"), {"user_id": user_id}).scalar())
 
 
 def unlock(conn: Connection, *, user_id: str) -> None:
     """Release `user_id`'s mover lock (`cell_move_unlock`)."""
-    conn.execute(query("cell_move_unlock"), {"user_id": user_id})
+    run(conn, query("cell_move_unlock"), {"user_id": user_id})
 
 
 def get(conn: Connection, *, user_id: str) -> CellMoveMarker | None:
     """`user_id`'s move marker in this cell, None when they are not moving
     (`cell_move_get`)."""
-    row = conn.execute(query("cell_move_get"), {"user_id": user_id}).first()
+    row = run(conn, query("cell_move_get"), {"user_id": user_id}).first()
     return None if row is None else CellMoveMarker(row.from_cell, row.to_cell, row.started_at)
 
 
@@ -94,7 +94,8 @@ def insert(
 ) -> CellMoveMarker:
     """Mark `user_id` as moving from `from_cell` to `to_cell` (kept when already marked)
     and return the marker now in place (`cell_move_insert`)."""
-    conn.execute(
+    run(
+        conn,
         query("cell_move_insert"),
         {"user_id": user_id, "from_cell": from_cell, "to_cell": to_cell, "now": now},
     )
@@ -105,7 +106,7 @@ def insert(
 
 def delete(conn: Connection, *, user_id: str) -> None:
     """Remove `user_id`'s move marker (`cell_move_delete`)."""
-    conn.execute(query("cell_move_delete"), {"user_id": user_id})
+    run(conn, query("cell_move_delete"), {"user_id": user_id})
 
 
 def pause(
@@ -120,7 +121,8 @@ def pause(
     held by quiet hours past `held_after` that no sender holds a live lease on, leases
     taken after `lease_cutoff` counting as live ('cell-move-held'); return their ids
     (`cell_move_pause`). Times aware UTC."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         query("cell_move_pause"),
         {"user_id": user_id, "held_after": held_after, "lease_cutoff": lease_cutoff, "now": now},
     )
@@ -130,8 +132,8 @@ def pause(
 def in_flight(conn: Connection, *, user_id: str, lease_cutoff: datetime) -> InFlight:
     """`user_id`'s claimed reminders and delivery rows under a lease taken after
     `lease_cutoff` (aware UTC) (`cell_move_in_flight`)."""
-    row = conn.execute(
-        query("cell_move_in_flight"), {"user_id": user_id, "lease_cutoff": lease_cutoff}
+    row = run(
+        conn, query("cell_move_in_flight"), {"user_id": user_id, "lease_cutoff": lease_cutoff}
     ).one()
     return InFlight(int(row.claimed), int(row.sending))
 
@@ -139,20 +141,20 @@ def in_flight(conn: Connection, *, user_id: str, lease_cutoff: datetime) -> InFl
 def resume(conn: Connection, *, user_id: str, now: datetime) -> list[uuid.UUID]:
     """In the new cell: make every reminder `pause` froze pending, unclaimed; return their
     ids (`cell_move_resume`). The caller wakes the coordinators (reminders.due_notify)."""
-    rows = conn.execute(query("cell_move_resume"), {"user_id": user_id, "now": now})
+    rows = run(conn, query("cell_move_resume"), {"user_id": user_id, "now": now})
     return [r.id for r in rows]
 
 
 def undo(conn: Connection, *, user_id: str, now: datetime) -> list[uuid.UUID]:
     """In the old cell, a move abandoned: every reminder `pause` froze as it was (pending,
     or claimed for a held claim); return their ids (`cell_move_undo`)."""
-    rows = conn.execute(query("cell_move_undo"), {"user_id": user_id, "now": now})
+    rows = run(conn, query("cell_move_undo"), {"user_id": user_id, "now": now})
     return [r.id for r in rows]
 
 
 def summary(conn: Connection, *, user_id: str) -> UserRowsSummary:
     """Counts and digests of `user_id`'s rows here (`cell_move_summary`)."""
-    row = conn.execute(query("cell_move_summary"), {"user_id": user_id}).one()
+    row = run(conn, query("cell_move_summary"), {"user_id": user_id}).one()
     return UserRowsSummary(
         int(row.reminders),
         str(row.reminders_digest),
@@ -165,92 +167,90 @@ def summary(conn: Connection, *, user_id: str) -> UserRowsSummary:
 
 def export_reminders(conn: Connection, *, user_id: str) -> str:
     """`user_id`'s reminders as a JSON array of whole rows (`cell_move_export_reminders`)."""
-    return str(conn.execute(query("cell_move_export_reminders"), {"user_id": user_id}).scalar())
+    return str(run(conn, query("cell_move_export_reminders"), {"user_id": user_id}).scalar())
 
 
 def export_delivery_log(conn: Connection, *, user_id: str) -> str:
     """`user_id`'s delivery rows, every partition, as a JSON array
     (`cell_move_export_delivery_log`)."""
-    found = conn.execute(query("cell_move_export_delivery_log"), {"user_id": user_id})
+    found = run(conn, query("cell_move_export_delivery_log"), {"user_id": user_id})
     return str(found.scalar())
 
 
 def export_calendar_feeds(conn: Connection, *, user_id: str) -> str:
     """`user_id`'s calendar feed row (or none) as a JSON array
     (`cell_move_export_calendar_feeds`)."""
-    found = conn.execute(query("cell_move_export_calendar_feeds"), {"user_id": user_id})
+    found = run(conn, query("cell_move_export_calendar_feeds"), {"user_id": user_id})
     return str(found.scalar())
 
 
 def export_webhook_endpoints(conn: Connection, *, user_id: str) -> str:
     """`user_id`'s webhook endpoints as a JSON array (`cell_move_export_webhook_endpoints`)."""
-    found = conn.execute(query("cell_move_export_webhook_endpoints"), {"user_id": user_id})
+    found = run(conn, query("cell_move_export_webhook_endpoints"), {"user_id": user_id})
     return str(found.scalar())
 
 
 def import_webhook_endpoints(conn: Connection, *, rows: str) -> int:
     """Insert exported webhook endpoint rows as they were; return how many
     (`cell_move_import_webhook_endpoints`)."""
-    return conn.execute(query("cell_move_import_webhook_endpoints"), {"rows": rows}).rowcount
+    return run(conn, query("cell_move_import_webhook_endpoints"), {"rows": rows}).rowcount
 
 
 def import_reminders(conn: Connection, *, rows: str) -> int:
     """Insert exported reminder rows as they were, in one statement; return how many
     (`cell_move_import_reminders`)."""
-    return conn.execute(query("cell_move_import_reminders"), {"rows": rows}).rowcount
+    return run(conn, query("cell_move_import_reminders"), {"rows": rows}).rowcount
 
 
 def import_delivery_log(conn: Connection, *, rows: str) -> int:
     """Insert exported delivery rows as they were (into this cell's partitions); return
     how many (`cell_move_import_delivery_log`)."""
-    return conn.execute(query("cell_move_import_delivery_log"), {"rows": rows}).rowcount
+    return run(conn, query("cell_move_import_delivery_log"), {"rows": rows}).rowcount
 
 
 def import_calendar_feeds(conn: Connection, *, rows: str) -> int:
     """Insert an exported calendar feed row; return how many
     (`cell_move_import_calendar_feeds`)."""
-    return conn.execute(query("cell_move_import_calendar_feeds"), {"rows": rows}).rowcount
+    return run(conn, query("cell_move_import_calendar_feeds"), {"rows": rows}).rowcount
 
 
 def delete_reminders(conn: Connection, *, user_id: str) -> int:
     """Delete `user_id`'s reminders here, their delivery rows with them (ON DELETE
     CASCADE); return how many reminders (`cell_move_delete_reminders`)."""
-    return conn.execute(query("cell_move_delete_reminders"), {"user_id": user_id}).rowcount
+    return run(conn, query("cell_move_delete_reminders"), {"user_id": user_id}).rowcount
 
 
 def delete_webhook_endpoints(conn: Connection, *, user_id: str) -> int:
     """Delete `user_id`'s webhook endpoints here (`cell_move_delete_webhook_endpoints`)."""
-    found = conn.execute(query("cell_move_delete_webhook_endpoints"), {"user_id": user_id})
+    found = run(conn, query("cell_move_delete_webhook_endpoints"), {"user_id": user_id})
     return found.rowcount
 
 
 def delete_calendar_feeds(conn: Connection, *, user_id: str) -> int:
     """Delete `user_id`'s calendar feed here (`cell_move_delete_calendar_feeds`)."""
-    found = conn.execute(query("cell_move_delete_calendar_feeds"), {"user_id": user_id})
+    found = run(conn, query("cell_move_delete_calendar_feeds"), {"user_id": user_id})
     return found.rowcount
 
 
 def delete_rate_limits(conn: Connection, *, user_id: str) -> int:
     """Delete `user_id`'s rate-limit state here (`cell_move_delete_rate_limits`)."""
-    return conn.execute(query("cell_move_delete_rate_limits"), {"user_id": user_id}).rowcount
+    return run(conn, query("cell_move_delete_rate_limits"), {"user_id": user_id}).rowcount
 
 
 def delete_live_reminder_bounds(conn: Connection, *, user_id: str) -> int:
     """Delete `user_id`'s quota bound here; the cell they live in starts theirs from an
     exact count (`cell_move_delete_live_reminder_bounds`)."""
-    return conn.execute(
-        query("cell_move_delete_live_reminder_bounds"), {"user_id": user_id}
-    ).rowcount
+    return run(conn, query("cell_move_delete_live_reminder_bounds"), {"user_id": user_id}).rowcount
 
 
 def delete_queue_messages(conn: Connection, *, user_id: str) -> int:
     """Delete `user_id`'s messages from this cell's PostgreSQL queue, dead letters
     excepted; return how many (`cell_move_delete_queue_messages`)."""
-    found = conn.execute(query("cell_move_delete_queue_messages"), {"user_id": user_id})
+    found = run(conn, query("cell_move_delete_queue_messages"), {"user_id": user_id})
     return found.rowcount
 
 
 def schema_version(conn: Connection) -> str | None:
     """This database's Alembic revision, None when unmigrated (`cell_move_schema_version`)."""
-    found = conn.execute(query("cell_move_schema_version")).scalar_one_or_none()
+    found = run(conn, query("cell_move_schema_version")).scalar_one_or_none()
     return None if found is None else str(found)

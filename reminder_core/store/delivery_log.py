@@ -13,7 +13,7 @@ from enum import StrEnum
 from sqlalchemy import Connection
 
 from reminder_core.domain.states import DeliveryStatus
-from reminder_core.store._statements import json_rows, query, records
+from reminder_core.store._statements import json_rows, query, records, run
 
 # --- Shared reads ------------------------------------------------------------------------------
 
@@ -23,8 +23,10 @@ def get_status(
 ) -> DeliveryStatus | None:
     """The state of the delivery row of one occurrence (`run_time_utc` aware UTC), or None
     when the occurrence has no row yet (`delivery_get_status`)."""
-    status = conn.execute(
-        query("delivery_get_status"), {"reminder_id": reminder_id, "run_time_utc": run_time_utc}
+    status = run(
+        conn,
+        query("delivery_get_status"),
+        {"reminder_id": reminder_id, "run_time_utc": run_time_utc},
     ).scalar_one_or_none()
     return None if status is None else DeliveryStatus(status)
 
@@ -59,7 +61,8 @@ def list_page(
     """Up to `limit` delivery rows of a reminder, newest occurrence first, those strictly
     before `before` (aware UTC; run_time_utc is unique per reminder) when given
     (`delivery_list_page`). The caller has checked that the reminder is the user's."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         query("delivery_list_page"),
         {"reminder_id": reminder_id, "limit": limit, "before": before or _AFTER_EVERY_OCCURRENCE},
     )
@@ -177,8 +180,8 @@ def get_in_flight(
 ) -> datetime | None:
     """The latest occurrence (aware UTC) of this reminder at or after `from_utc` whose row
     is `sending`, None when there is none (`delivery_get_in_flight`)."""
-    return conn.execute(
-        query("delivery_get_in_flight"), {"reminder_id": reminder_id, "from_utc": from_utc}
+    return run(
+        conn, query("delivery_get_in_flight"), {"reminder_id": reminder_id, "from_utc": from_utc}
     ).scalar_one_or_none()
 
 
@@ -193,7 +196,8 @@ def get_lease_left(
     """Seconds (>= 0) until the lease of `lease_s` seconds on this occurrence's `sending`
     row ends, as of `now` (aware UTC); None when the row is not `sending` or nobody holds
     it (`delivery_get_lease_left`)."""
-    left = conn.execute(
+    left = run(
+        conn,
         query("delivery_get_lease_left"),
         {"reminder_id": reminder_id, "run_time_utc": run_time_utc, "lease_s": lease_s, "now": now},
     ).scalar_one_or_none()
@@ -203,7 +207,8 @@ def get_lease_left(
 def pin_provider(conn: Connection, *, lease: DeliveryLease, provider: str) -> None:
     """Record `provider` on the row while it is still `sending` under `lease` (nothing
     happens once the lease was taken over or the row ended) (`delivery_pin_provider`)."""
-    conn.execute(
+    run(
+        conn,
         query("delivery_pin_provider"),
         {
             "id": lease.id,
@@ -220,7 +225,8 @@ def cancel_replay(
     """End a replayed occurrence's unleased `sending` row as `cancelled` with `error`,
     `updated_at = now` (aware UTC); a row in any other state is left as it is
     (`delivery_cancel_replay`)."""
-    conn.execute(
+    run(
+        conn,
         query("delivery_cancel_replay"),
         {"reminder_id": reminder_id, "run_time_utc": run_time_utc, "error": error, "now": now},
     )
@@ -239,7 +245,8 @@ def begin_many(
     released or is older than `lease_expired_before` (both aware UTC). An occurrence
     under another live lease, or terminal, is not taken. Returns the rows taken, in no
     particular order (`delivery_begin_many`)."""
-    taken = conn.execute(
+    taken = run(
+        conn,
         query("delivery_begin_many"),
         {
             "rows": json_rows(
@@ -272,7 +279,8 @@ def record_terminal_many(
     `lease_expired_before` (aware UTC) — as SENT when the row carries the provider's
     evidence. Returns occurrence key -> status recorded, for the rows written
     (`delivery_record_terminal_many`)."""
-    recorded = conn.execute(
+    recorded = run(
+        conn,
         query("delivery_record_terminal_many"),
         {
             "rows": json_rows(
@@ -303,7 +311,8 @@ def record_evidenced_sent_many(
     provider's evidence and whose lease was released or is older than
     `lease_expired_before` (aware UTC); other rows are left as they are. Returns the keys
     recorded (`delivery_record_evidenced_sent_many`)."""
-    recorded = conn.execute(
+    recorded = run(
+        conn,
         query("delivery_record_evidenced_sent_many"),
         {
             "rows": json_rows(
@@ -326,9 +335,7 @@ def complete_many(
     error when FAILED). Returns delivery id -> whether its reminder was finished, for the
     rows written; a row missing was taken over or ended by someone else
     (`delivery_complete_many`)."""
-    done = conn.execute(
-        query("delivery_complete_many"), {"rows": _outcome_rows(outcomes), "now": now}
-    )
+    done = run(conn, query("delivery_complete_many"), {"rows": _outcome_rows(outcomes), "now": now})
     return {r.id: r.finished for r in done}
 
 
@@ -338,8 +345,8 @@ def list_recorded_at(
     """The ids of the rows of `outcomes` that a `complete_many` at `now` (aware UTC, the
     same instant) already wrote, e.g. before its connection broke unacknowledged
     (`delivery_list_recorded_at`)."""
-    found = conn.execute(
-        query("delivery_list_recorded_at"), {"rows": _outcome_rows(outcomes), "now": now}
+    found = run(
+        conn, query("delivery_list_recorded_at"), {"rows": _outcome_rows(outcomes), "now": now}
     )
     return list(found.scalars())
 
@@ -369,9 +376,7 @@ def heartbeat_many(conn: Connection, leases: Sequence[DeliveryLease], *, now: da
     `sending` under it; a row locked right now is skipped, not waited for (it gets its
     extension at the next beat). Returns how many were extended
     (`delivery_heartbeat_many`)."""
-    result = conn.execute(
-        query("delivery_heartbeat_many"), {"rows": _lease_rows(leases), "now": now}
-    )
+    result = run(conn, query("delivery_heartbeat_many"), {"rows": _lease_rows(leases), "now": now})
     return int(result.rowcount)
 
 
@@ -379,7 +384,7 @@ def withdraw_many(conn: Connection, leases: Sequence[DeliveryLease]) -> int:
     """Delete the rows of `leases` still `sending` under them that no provider call ever
     touched (no attempt counted, no provider recorded); the others stay, for the caller
     to release. Returns how many were deleted (`delivery_withdraw_many`)."""
-    result = conn.execute(query("delivery_withdraw_many"), {"rows": _lease_rows(leases)})
+    result = run(conn, query("delivery_withdraw_many"), {"rows": _lease_rows(leases)})
     return int(result.rowcount)
 
 
@@ -393,7 +398,8 @@ def _lease_rows(leases: Sequence[DeliveryLease]) -> str:
 def get_evidence(conn: Connection, *, lease: DeliveryLease) -> DeliveryEvidence | None:
     """The provider's evidence on the row while it is `sending` under `lease`, None
     without evidence or once the lease is gone (`delivery_get_evidence`)."""
-    row = conn.execute(
+    row = run(
+        conn,
         query("delivery_get_evidence"),
         {"id": lease.id, "run_time_utc": lease.run_time_utc, "lease_token": lease.lease_token},
     ).one_or_none()
@@ -434,7 +440,8 @@ def get_by_provider_message(
 ) -> DeliveryRef | None:
     """The delivery row whose (provider, provider_message_id) this is (the newest should
     one ever repeat), or None (`delivery_get_by_provider_message`). No lock."""
-    row = conn.execute(
+    row = run(
+        conn,
         query("delivery_get_by_provider_message"),
         {"provider": provider, "provider_message_id": provider_message_id},
     ).one_or_none()
@@ -462,7 +469,8 @@ def record_feedback(
     `complained`) with `error`, its lease cleared, `updated_at = now` (aware UTC), if it is
     `sent`, or `sending` with the provider's evidence (`delivery_record_feedback`). Returns
     False when it was in another state and nothing changed (the first feedback wins)."""
-    changed = conn.execute(
+    changed = run(
+        conn,
         query("delivery_record_feedback"),
         {
             "id": delivery_id,
@@ -487,7 +495,8 @@ def suppress_replay(
     """Record the unleased `sending` row of a replayed occurrence (`run_time_utc` aware
     UTC) `suppressed`, with `recipient` and `error`, `updated_at = now`
     (`delivery_suppress_replay`). Returns False when no such row was there."""
-    changed = conn.execute(
+    changed = run(
+        conn,
         query("delivery_suppress_replay"),
         {
             "reminder_id": reminder_id,
@@ -517,7 +526,8 @@ def record_evidence(
     `recipient` if the row has none ('' for none), `updated_at = now`
     (`delivery_record_evidence`). The occurrence is matched to the second of `run_time_utc`
     (an idempotency key's precision)."""
-    row = conn.execute(
+    row = run(
+        conn,
         query("delivery_record_evidence"),
         {
             "reminder_id": reminder_id,
@@ -568,8 +578,8 @@ def rescue_abandoned(
     evidence, `sent`; its lease is cleared and `updated_at` set to `now`. Rows another
     transaction has locked are skipped.
     """
-    rows = conn.execute(
-        query("delivery_rescue_abandoned"), {"cutoff": cutoff, "now": now, "limit": limit}
+    rows = run(
+        conn, query("delivery_rescue_abandoned"), {"cutoff": cutoff, "now": now, "limit": limit}
     )
     return records(AbandonedDelivery, rows, status=DeliveryStatus)
 
@@ -581,7 +591,8 @@ def lock_held_live(
     taken or renewed after `lease_cutoff` (aware UTC): held by a live sender. They stay
     row-locked (`FOR UPDATE`, waiting for a lock another transaction holds) until the
     caller's transaction ends (`delivery_lock_held_live`)."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         query("delivery_lock_held_live"),
         {"reminder_id": reminder_id, "run_time_utc": run_time_utc, "lease_cutoff": lease_cutoff},
     )
@@ -600,7 +611,8 @@ def fail_dead_letter(
     """Record a dead-lettered occurrence `failed` with `error`: a new row, or its
     `sending` row ended (lease cleared; `error` appended); a terminal row is left as it is
     (`delivery_fail_dead_letter`). Returns True when a row was written."""
-    result = conn.execute(
+    result = run(
+        conn,
         query("delivery_fail_dead_letter"),
         {
             "reminder_id": reminder_id,
@@ -620,7 +632,8 @@ def fail_chosen_after(
     after `run_time_utc` (aware UTC): occurrences a sender chose for a dead-lettered one
     under the misfire policy (`delivery_fail_chosen_after`). Returns their run times
     (aware UTC), in no particular order."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         query("delivery_fail_chosen_after"),
         {"reminder_id": reminder_id, "run_time_utc": run_time_utc, "error": error, "now": now},
     )
@@ -639,7 +652,8 @@ def prepare_replay(
     with no lease or one not renewed since `lease_cutoff` (aware UTC), becomes `sending`
     with no lease (error noted, `updated_at = now`); any other row, or none, is left
     (`delivery_prepare_replay`). Returns True when a row changed."""
-    result = conn.execute(
+    result = run(
+        conn,
         query("delivery_prepare_replay"),
         {
             "reminder_id": reminder_id,
@@ -655,7 +669,7 @@ def count_failures_since(conn: Connection, *, since: datetime) -> dict[DeliveryS
     """How many rows last changed at or after `since` (aware UTC) are `failed`, `bounced`,
     `complained` or `suppressed`, per status (a status with none is absent); reads only
     (`delivery_count_failures_since`)."""
-    rows = conn.execute(query("delivery_count_failures_since"), {"since": since})
+    rows = run(conn, query("delivery_count_failures_since"), {"since": since})
     return {DeliveryStatus(r.status): int(r.n) for r in rows}
 
 
@@ -675,7 +689,7 @@ class DeliveryLag:
 def lag_p99_since(conn: Connection, *, since: datetime) -> DeliveryLag:
     """The delivery_lag of the occurrences sent at or after `since` (aware UTC); reads
     only (`delivery_lag_p99_since`)."""
-    row = conn.execute(query("delivery_lag_p99_since"), {"since": since}).one()
+    row = run(conn, query("delivery_lag_p99_since"), {"since": since}).one()
     return DeliveryLag(p99_s=None if row.p99 is None else float(row.p99), sent=int(row.n))
 
 
@@ -698,7 +712,7 @@ class Partition:
 def list_partitions(conn: Connection) -> list[Partition]:
     """Every partition of delivery_log, the default one first, then by week; reads the
     catalog only (`delivery_list_partitions`)."""
-    rows = conn.execute(query("delivery_list_partitions"))
+    rows = run(conn, query("delivery_list_partitions"))
     return records(Partition, rows, estimated_rows=float)
 
 
@@ -708,9 +722,7 @@ def create_partition(conn: Connection, *, week_start: datetime) -> int | None:
     function; DDL: ACCESS EXCLUSIVE on delivery_log until the transaction ends)
     (`delivery_create_partition`). Returns how many rows it took over, or None when it
     existed already."""
-    moved = conn.execute(
-        query("delivery_create_partition"), {"week_start": week_start}
-    ).scalar_one()
+    moved = run(conn, query("delivery_create_partition"), {"week_start": week_start}).scalar_one()
     return None if moved is None else int(moved)
 
 
@@ -728,8 +740,8 @@ def drop_partition(conn: Connection, *, week_start: datetime, cutoff: datetime) 
     is before `cutoff` and it holds no `sending` row (migration 0005's function; DDL:
     ACCESS EXCLUSIVE on delivery_log until the transaction ends)
     (`delivery_drop_partition`)."""
-    outcome = conn.execute(
-        query("delivery_drop_partition"), {"week_start": week_start, "cutoff": cutoff}
+    outcome = run(
+        conn, query("delivery_drop_partition"), {"week_start": week_start, "cutoff": cutoff}
     ).scalar_one()
     return PartitionDrop(outcome)
 
@@ -738,9 +750,7 @@ def delete_expired_default(conn: Connection, *, cutoff: datetime, limit: int) ->
     """Delete up to `limit` terminal rows of the default partition whose occurrence is
     before `cutoff` (aware UTC); `sending` rows are never deleted
     (`delivery_delete_expired_default`). Returns how many were deleted."""
-    result = conn.execute(
-        query("delivery_delete_expired_default"), {"cutoff": cutoff, "limit": limit}
-    )
+    result = run(conn, query("delivery_delete_expired_default"), {"cutoff": cutoff, "limit": limit})
     return int(result.rowcount)
 
 
@@ -763,7 +773,8 @@ def lag_by_bucket(
     """Delivery lag percentiles of the occurrences sent in [`since`, `until`) (aware UTC),
     per bucket of `bucket_s` seconds aligned on `since`, oldest first; buckets without a
     send are absent (`delivery_lag_by_bucket`)."""
-    result = conn.execute(
+    result = run(
+        conn,
         query("delivery_lag_by_bucket"),
         {"since": since, "until": until, "bucket_s": float(bucket_s)},
     )

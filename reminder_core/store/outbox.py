@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from reminder_core.store._statements import id_array, query, records
+from reminder_core.store._statements import id_array, query, records, run
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,21 +31,19 @@ class OutboxRow:
 def mark_published(conn: Connection, ids: Iterable[uuid.UUID], *, now: datetime) -> None:
     """Set `published_at = now` (aware UTC) on the rows of `ids` not yet published
     (`outbox_mark_published`); rows already published keep their time."""
-    conn.execute(query("outbox_mark_published"), {"ids": id_array(ids), "now": now})
+    run(conn, query("outbox_mark_published"), {"ids": id_array(ids), "now": now})
 
 
 def lock_unpublished(conn: Connection, *, older_than: datetime, limit: int) -> list[OutboxRow]:
     """Up to `limit` unpublished rows created at or before `older_than` (aware UTC), oldest
     first, row-locked `FOR UPDATE SKIP LOCKED` until the caller's transaction ends (two
     sweepers never publish the same row at once) (`outbox_lock_unpublished`)."""
-    rows = conn.execute(
-        query("outbox_lock_unpublished"), {"older_than": older_than, "limit": limit}
-    )
+    rows = run(conn, query("outbox_lock_unpublished"), {"older_than": older_than, "limit": limit})
     return records(OutboxRow, rows, payload=dict)
 
 
 def delete_published(conn: Connection, *, cutoff: datetime, limit: int) -> int:
     """Delete up to `limit` rows published before `cutoff` (aware UTC); unpublished rows
     are never deleted (`outbox_delete_published`). Returns how many were deleted."""
-    result = conn.execute(query("outbox_delete_published"), {"cutoff": cutoff, "limit": limit})
+    result = run(conn, query("outbox_delete_published"), {"cutoff": cutoff, "limit": limit})
     return int(result.rowcount)

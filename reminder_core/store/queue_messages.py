@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from reminder_core.store._statements import id_array, json_rows, query, records
+from reminder_core.store._statements import id_array, json_rows, query, records, run
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,8 @@ def send_many(
     """Insert one message per body, body i visible `delays_s[i]` seconds after `now`
     (aware UTC), in one statement (`queue_message_send_many`). The two sequences have the
     same length (the statement pairs them by position)."""
-    conn.execute(
+    run(
+        conn,
         query("queue_message_send_many"),
         {
             "queue": queue,
@@ -106,7 +107,8 @@ def receive(
     received `max_receive_count` times is dead-lettered instead of returned. Messages
     another transaction has locked are skipped.
     """
-    result = conn.execute(
+    result = run(
+        conn,
         query("queue_message_receive"),
         {
             "queue": queue,
@@ -123,7 +125,8 @@ def delete_many(conn: Connection, *, queue: str, receipt_handles: Iterable[uuid.
     """Delete the messages whose current receipt handle is one of `receipt_handles`; a
     stale handle (the message was received again since) deletes nothing
     (`queue_message_delete_many`)."""
-    conn.execute(
+    run(
+        conn,
         query("queue_message_delete_many"),
         {"queue": queue, "handles": id_array(receipt_handles)},
     )
@@ -135,7 +138,8 @@ def change_visibility(
     """Make the message of `receipt_handle` visible `timeout_s` seconds after `now` (aware
     UTC; 0: visible now); a stale handle or a dead letter changes nothing
     (`queue_message_change_visibility`)."""
-    conn.execute(
+    run(
+        conn,
         query("queue_message_change_visibility"),
         {"queue": queue, "handle": receipt_handle, "now": now, "timeout_s": float(timeout_s)},
     )
@@ -146,7 +150,8 @@ def change_visibility_many(
 ) -> None:
     """`change_visibility` for many messages in one statement: (receipt handle, timeout in
     seconds after `now`) pairs (`queue_message_change_visibility_many`)."""
-    conn.execute(
+    run(
+        conn,
         query("queue_message_change_visibility_many"),
         {
             "queue": queue,
@@ -159,14 +164,14 @@ def change_visibility_many(
 def depth(conn: Connection, *, queue: str, now: datetime) -> Depth:
     """Count the queue's messages as of `now` (aware UTC); reads only
     (`queue_message_depth`)."""
-    row = conn.execute(query("queue_message_depth"), {"queue": queue, "now": now}).one()
+    row = run(conn, query("queue_message_depth"), {"queue": queue, "now": now}).one()
     return Depth(visible=row.visible, not_visible=row.not_visible, dead_lettered=row.dead_lettered)
 
 
 def list_dead(conn: Connection, *, queue: str, limit: int) -> list[DeadMessage]:
     """Up to `limit` dead letters, oldest dead-lettered first (then by id); no lock
     (`queue_message_list_dead`)."""
-    rows = conn.execute(query("queue_message_list_dead"), {"queue": queue, "limit": limit})
+    rows = run(conn, query("queue_message_list_dead"), {"queue": queue, "limit": limit})
     return records(DeadMessage, rows, body=dict)
 
 
@@ -174,17 +179,17 @@ def lock_dead_unrecorded(conn: Connection, *, queue: str, limit: int) -> list[De
     """Up to `limit` dead letters whose occurrence is not recorded yet, oldest first,
     row-locked `FOR UPDATE SKIP LOCKED` until the caller's transaction ends
     (`queue_message_lock_dead_unrecorded`)."""
-    rows = conn.execute(
-        query("queue_message_lock_dead_unrecorded"), {"queue": queue, "limit": limit}
-    )
+    rows = run(conn, query("queue_message_lock_dead_unrecorded"), {"queue": queue, "limit": limit})
     return records(DeadMessage, rows, body=dict)
 
 
 def mark_dead_recorded(conn: Connection, *, queue: str, ids: Iterable[int], now: datetime) -> None:
     """Set `dead_letter_recorded_at = now` (aware UTC) on the dead letters of `ids`; ids
     not dead-lettered are left alone (`queue_message_mark_dead_recorded`)."""
-    conn.execute(
-        query("queue_message_mark_dead_recorded"), {"queue": queue, "ids": list(ids), "now": now}
+    run(
+        conn,
+        query("queue_message_mark_dead_recorded"),
+        {"queue": queue, "ids": list(ids), "now": now},
     )
 
 
@@ -192,8 +197,8 @@ def redrive(conn: Connection, *, queue: str, ids: Iterable[int], now: datetime) 
     """Move the dead letters of `ids` back to the queue: visible at `now` (aware UTC),
     receive count 0, body marked `"replay": true` (`queue_message_redrive`). Returns the
     ids moved (an id that is no dead letter is not)."""
-    result = conn.execute(
-        query("queue_message_redrive"), {"queue": queue, "ids": list(ids), "now": now}
+    result = run(
+        conn, query("queue_message_redrive"), {"queue": queue, "ids": list(ids), "now": now}
     )
     return list(result.scalars())
 
@@ -201,14 +206,14 @@ def redrive(conn: Connection, *, queue: str, ids: Iterable[int], now: datetime) 
 def delete_dead(conn: Connection, *, queue: str, ids: Iterable[int]) -> list[int]:
     """Delete the dead letters of `ids` (`queue_message_delete_dead`); returns the ids
     deleted (an id that is no dead letter is not)."""
-    result = conn.execute(query("queue_message_delete_dead"), {"queue": queue, "ids": list(ids)})
+    result = run(conn, query("queue_message_delete_dead"), {"queue": queue, "ids": list(ids)})
     return list(result.scalars())
 
 
 def purge_dead(conn: Connection, *, queue: str) -> list[int]:
     """Delete every dead letter of the queue (`queue_message_purge_dead`); returns their
     ids."""
-    return list(conn.execute(query("queue_message_purge_dead"), {"queue": queue}).scalars())
+    return list(run(conn, query("queue_message_purge_dead"), {"queue": queue}).scalars())
 
 
 #: The LISTEN/NOTIFY channel of every PostgreSQL queue; the payload names the queue.
@@ -218,8 +223,8 @@ NOTIFY_CHANNEL = "reminders_queue_messages"
 def next_visible(conn: Connection, *, queue: str) -> datetime | None:
     """When the queue's next message becomes visible (aware UTC; at or before now when
     one is visible already), None when it holds none (`queue_message_next_visible`)."""
-    value: datetime | None = conn.execute(
-        query("queue_message_next_visible"), {"queue": queue}
+    value: datetime | None = run(
+        conn, query("queue_message_next_visible"), {"queue": queue}
     ).scalar_one()
     return value
 
@@ -227,4 +232,4 @@ def next_visible(conn: Connection, *, queue: str) -> datetime | None:
 def notify(conn: Connection, *, queue: str) -> None:
     """Tell the queue's receivers, at commit, that messages were sent
     (`queue_message_notify`; PostgreSQL NOTIFY on NOTIFY_CHANNEL)."""
-    conn.execute(query("queue_message_notify"), {"channel": NOTIFY_CHANNEL, "queue": queue})
+    run(conn, query("queue_message_notify"), {"channel": NOTIFY_CHANNEL, "queue": queue})

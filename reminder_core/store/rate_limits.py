@@ -8,7 +8,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from reminder_core.store._statements import query, records
+from reminder_core.store._statements import query, records, run
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,8 @@ def take(
     """
     rows = records(
         Taken,
-        conn.execute(
+        run(
+            conn,
             query("rate_limit_take"),
             {"user_id": user_id, "now": now, "emission_s": emission_s, "tolerance_s": tolerance_s},
         ),

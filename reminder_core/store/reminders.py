@@ -9,16 +9,15 @@ import uuid
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import orjson
-from sqlalchemy import Connection, CursorResult
+from sqlalchemy import Connection
 
 from reminder_core.domain.localtime import Ambiguous, Nonexistent
 from reminder_core.domain.misfire import MisfirePolicy
 from reminder_core.domain.recurrence import CountProgress
 from reminder_core.domain.states import ReminderStatus
-from reminder_core.store._statements import id_array, json_rows, query, records
+from reminder_core.store._statements import Rows, id_array, json_rows, query, records, run
 from reminder_core.store.outbox import OutboxRow
 
 # --- API: create, read, list, change, cancel ---------------------------------------------------
@@ -99,7 +98,7 @@ class NewReminder:
 _AFTER_EVERY_ROW = (datetime.max.replace(tzinfo=UTC), uuid.UUID(int=(1 << 128) - 1))
 
 
-def _reminders(result: CursorResult[Any]) -> list[ReminderRecord]:
+def _reminders(result: Rows) -> list[ReminderRecord]:
     """The records of a `SELECT *` / `RETURNING *` result of `reminders` (a column a
     migration added without its field fails loudly: see `records`)."""
     return records(
@@ -127,20 +126,20 @@ def _progress_json(progress: CountProgress | None) -> str | None:
     return orjson.dumps(progress.to_json()).decode() if progress is not None else None
 
 
-def _one(result: CursorResult[Any]) -> ReminderRecord | None:
+def _one(result: Rows) -> ReminderRecord | None:
     found = _reminders(result)
     return found[0] if found else None
 
 
 def get(conn: Connection, *, user_id: str, reminder_id: uuid.UUID) -> ReminderRecord | None:
     """The user's reminder, or None (another user's reminder is None too) (`reminder_get`)."""
-    return _one(conn.execute(query("reminder_get"), {"id": reminder_id, "user_id": user_id}))
+    return _one(run(conn, query("reminder_get"), {"id": reminder_id, "user_id": user_id}))
 
 
 def lock(conn: Connection, *, user_id: str, reminder_id: uuid.UUID) -> ReminderRecord | None:
     """`get`, with the row locked (`FOR UPDATE`) until the caller's transaction ends
     (`reminder_lock`)."""
-    return _one(conn.execute(query("reminder_lock"), {"id": reminder_id, "user_id": user_id}))
+    return _one(run(conn, query("reminder_lock"), {"id": reminder_id, "user_id": user_id}))
 
 
 def get_by_request_id(
@@ -149,7 +148,8 @@ def get_by_request_id(
     """The reminder this user created with this idempotency key, or None
     (`reminder_get_by_request_id`)."""
     return _one(
-        conn.execute(
+        run(
+            conn,
             query("reminder_get_by_request_id"),
             {"user_id": user_id, "client_request_id": client_request_id},
         )
@@ -159,13 +159,13 @@ def get_by_request_id(
 def lock_owner(conn: Connection, *, user_id: str) -> None:
     """Take `user_id`'s quota lock until the caller's transaction ends: one user's
     count-then-insert of webhook endpoints runs one at a time (`reminder_lock_owner`)."""
-    conn.execute(query("reminder_lock_owner"), {"user_id": user_id})
+    run(conn, query("reminder_lock_owner"), {"user_id": user_id})
 
 
 def count_live(conn: Connection, *, user_id: str) -> int:
     """How many of `user_id`'s reminders are pending, claimed or paused: the exact count
     `reminder_core.quotas` takes when the bound passes the quota (`reminder_count_live`)."""
-    return int(conn.execute(query("reminder_count_live"), {"user_id": user_id}).scalar_one())
+    return int(run(conn, query("reminder_count_live"), {"user_id": user_id}).scalar_one())
 
 
 def insert(conn: Connection, new: NewReminder, *, now: datetime) -> ReminderRecord | None:
@@ -178,7 +178,7 @@ def insert(conn: Connection, new: NewReminder, *, now: datetime) -> ReminderReco
             over 1,000 characters); the caller validates first.
     """
     params = _binds(new, now=now)
-    return _notify_if_due_soon(conn, _one(conn.execute(query("reminder_insert"), params)), now)
+    return _notify_if_due_soon(conn, _one(run(conn, query("reminder_insert"), params)), now)
 
 
 def list_page(
@@ -194,7 +194,8 @@ def list_page(
     of `statuses` (None or empty: any) (`reminder_list_page`)."""
     created_at, before_id = before or _AFTER_EVERY_ROW
     wanted = [s.value for s in statuses or ()] or [s.value for s in ReminderStatus]
-    rows = conn.execute(
+    rows = run(
+        conn,
         query("reminder_list_page"),
         {
             "user_id": user_id,
@@ -214,7 +215,7 @@ def update(conn: Connection, changed: ReminderRecord, *, now: datetime) -> Remin
     that only the store sets (user_id, template, the idempotency key, created_at) are
     not written."""
     params = _binds(changed, status=changed.status.value, now=now)
-    return _notify_if_due_soon(conn, _one(conn.execute(query("reminder_update"), params)), now)
+    return _notify_if_due_soon(conn, _one(run(conn, query("reminder_update"), params)), now)
 
 
 #: LISTEN/NOTIFY channel that wakes the coordinators (Coordinator.wait_for_work).
@@ -242,13 +243,13 @@ def due_notify(conn: Connection) -> None:
     """Wake the coordinators when this transaction commits (`reminder_due_notify`;
     PostgreSQL NOTIFY on DUE_CHANNEL). `insert` and `update` call it for a reminder they
     write pending and due within DUE_SOON_S."""
-    conn.execute(query("reminder_due_notify"), {"channel": DUE_CHANNEL})
+    run(conn, query("reminder_due_notify"), {"channel": DUE_CHANNEL})
 
 
 def next_due(conn: Connection) -> datetime | None:
     """When the next pending reminder is due (aware UTC), None when none is pending
     (`reminder_next_due`)."""
-    value: datetime | None = conn.execute(query("reminder_next_due")).scalar_one()
+    value: datetime | None = run(conn, query("reminder_next_due")).scalar_one()
     return value
 
 
@@ -259,7 +260,7 @@ def cancel(
     run, no claim, version + 1, updated_at = `now` (aware UTC). Returns the cancelled
     record, or None when it was not live or not the user's (`reminder_cancel`)."""
     return _one(
-        conn.execute(query("reminder_cancel"), {"id": reminder_id, "user_id": user_id, "now": now})
+        run(conn, query("reminder_cancel"), {"id": reminder_id, "user_id": user_id, "now": now})
     )
 
 
@@ -270,7 +271,8 @@ def cancel_snoozes(
     `cancel` does; updated_at = `now` (aware UTC). Returns the records cancelled (none
     when no snooze was live) (`reminder_cancel_snoozes`)."""
     return _reminders(
-        conn.execute(
+        run(
+            conn,
             query("reminder_cancel_snoozes"),
             {"snoozed_from": snoozed_from, "user_id": user_id, "now": now},
         )
@@ -292,7 +294,8 @@ def claim_due(
     Returns the outbox rows written (payload: reminder_id, run_time_utc, version,
     user_id), in no particular order.
     """
-    rows = conn.execute(
+    rows = run(
+        conn,
         query("reminder_claim_due"),
         {"horizon": horizon, "now": now, "limit": limit, "worker": worker},
     )
@@ -309,7 +312,8 @@ def claim_due_to_queue(
     payload's. Returns how many reminders were claimed (= messages written).
     """
     return int(
-        conn.execute(
+        run(
+            conn,
             query("reminder_claim_due_to_queue"),
             {"horizon": horizon, "now": now, "limit": limit, "worker": worker, "queue": queue},
         ).scalar_one()
@@ -334,8 +338,8 @@ def rescue_claimed(
     Side effects: their claim is cleared and `updated_at` set to `now`; reminders another
     transaction has locked are skipped.
     """
-    rows = conn.execute(
-        query("reminder_rescue_claimed"), {"cutoff": cutoff, "now": now, "limit": limit}
+    rows = run(
+        conn, query("reminder_rescue_claimed"), {"cutoff": cutoff, "now": now, "limit": limit}
     )
     return records(RescuedClaim, rows)
 
@@ -343,8 +347,8 @@ def rescue_claimed(
 def get_timezone(conn: Connection, *, reminder_id: uuid.UUID) -> str | None:
     """The reminder's IANA time zone; None when it follows its user's profile or when no
     reminder has that id (`reminder_get_timezone`)."""
-    return conn.execute(
-        query("reminder_get_timezone"), {"reminder_id": reminder_id}
+    return run(
+        conn, query("reminder_get_timezone"), {"reminder_id": reminder_id}
     ).scalar_one_or_none()
 
 
@@ -371,7 +375,7 @@ class BacklogReading:
 def backlog(conn: Connection, *, now: datetime) -> BacklogReading:
     """Read the scheduler's backlog as of `now` (aware UTC): due reminders and the outbox,
     in one read-only statement (`reminder_backlog`)."""
-    row = conn.execute(query("reminder_backlog"), {"now": now}).one()
+    row = run(conn, query("reminder_backlog"), {"now": now}).one()
     return BacklogReading(
         oldest_due=row.oldest_due,
         oldest_pending=row.oldest_pending,
@@ -463,7 +467,7 @@ class ReminderSendState:
 def get_many_for_send(conn: Connection, ids: Iterable[uuid.UUID]) -> list[ReminderForSend]:
     """The reminders of `ids` that exist, in no particular order, unlocked
     (`reminder_get_many_for_send`)."""
-    rows = conn.execute(query("reminder_get_many_for_send"), {"ids": id_array(ids)})
+    rows = run(conn, query("reminder_get_many_for_send"), {"ids": id_array(ids)})
     return records(ReminderForSend, rows, status=ReminderStatus)
 
 
@@ -482,7 +486,8 @@ def hold_many(conn: Connection, holds: Sequence[Hold]) -> None:
     `claimed` or `pending` at that occurrence (`reminder_hold_many`). The claim rescuer
     and the backlog's lag then read the claim as due from `held_until`."""
     if holds:
-        conn.execute(
+        run(
+            conn,
             query("reminder_hold_many"),
             {
                 "rows": json_rows(
@@ -501,7 +506,7 @@ def lock_many_for_advance(conn: Connection, ids: Iterable[uuid.UUID]) -> list[Re
     """The reminders of `ids` that exist, in id order, row-locked `FOR UPDATE` until the
     caller's transaction ends, so that the next occurrence is computed from the current
     schedule (`reminder_lock_many_for_advance`)."""
-    rows = conn.execute(query("reminder_lock_many_for_advance"), {"ids": id_array(ids)})
+    rows = run(conn, query("reminder_lock_many_for_advance"), {"ids": id_array(ids)})
     return records(
         ReminderToAdvance, rows, status=ReminderStatus, count_progress=CountProgress.from_json
     )
@@ -512,7 +517,8 @@ def advance_many(conn: Connection, advances: Sequence[ReminderAdvance], *, now: 
     is still `claimed` or `pending` at `run_time_utc`: a newer user change is never
     overwritten. Clears the claim; `updated_at = now` (aware UTC). Run after
     `lock_many_for_advance` in the same transaction (`reminder_advance_many`)."""
-    conn.execute(
+    run(
+        conn,
         query("reminder_advance_many"),
         {
             "rows": json_rows(
@@ -534,7 +540,7 @@ def advance_many(conn: Connection, advances: Sequence[ReminderAdvance], *, now: 
 def get_many_send_state(conn: Connection, ids: Iterable[uuid.UUID]) -> list[ReminderSendState]:
     """The state of the reminders of `ids` that exist, in no particular order, unlocked
     (`reminder_get_many_send_state`)."""
-    rows = conn.execute(query("reminder_get_many_send_state"), {"ids": id_array(ids)})
+    rows = run(conn, query("reminder_get_many_send_state"), {"ids": id_array(ids)})
     return records(ReminderSendState, rows, status=ReminderStatus)
 
 
@@ -542,7 +548,7 @@ def complete_replayed(conn: Connection, *, reminder_id: uuid.UUID, now: datetime
     """Set a one-time reminder that is `failed` to `completed` (its replayed dead letter was
     sent), clearing last_error, `updated_at = now` (aware UTC); any other reminder is left
     as it is (`reminder_complete_replayed`)."""
-    conn.execute(query("reminder_complete_replayed"), {"id": reminder_id, "now": now})
+    run(conn, query("reminder_complete_replayed"), {"id": reminder_id, "now": now})
 
 
 # --- Suppression: pause, refuse, resume --------------------------------------------------------
@@ -623,7 +629,8 @@ def pause_user_for_suppression(
     `paused_reason`, `suppressed_address = address`, `suppression_checked_at` NULL,
     `updated_at = now`, aware UTC), locked in id order
     (`reminder_pause_user_for_suppression`). Returns their ids, ascending."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         query("reminder_pause_user_for_suppression"),
         {"user_id": user_id, "address": address, "paused_reason": paused_reason, "now": now},
     ).scalars()
@@ -650,7 +657,7 @@ def suppress_at_send_many(
         }
         for r in refusals
     )
-    changed = conn.execute(query("reminder_suppress_at_send_many"), {"rows": rows, "now": now})
+    changed = run(conn, query("reminder_suppress_at_send_many"), {"rows": rows, "now": now})
     return {r.id: ReminderStatus(r.status) for r in changed}
 
 
@@ -660,7 +667,8 @@ def list_suppressed_to_check(
     """Up to `limit` reminders paused by a suppression and not checked since
     `checked_before` (aware UTC), never-checked first, then oldest check, then id
     (`reminder_list_suppressed_to_check`). No lock."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         query("reminder_list_suppressed_to_check"),
         {"checked_before": checked_before, "limit": limit},
     )
@@ -670,7 +678,7 @@ def list_suppressed_to_check(
 def list_suppressed_by_address(conn: Connection, *, email: str) -> list[SuppressedRef]:
     """Every reminder paused because the case-folded `email` was suppressed, by id
     (`reminder_list_suppressed_by_address`). No lock."""
-    rows = conn.execute(query("reminder_list_suppressed_by_address"), {"email": email})
+    rows = run(conn, query("reminder_list_suppressed_by_address"), {"email": email})
     return records(SuppressedRef, rows)
 
 
@@ -680,7 +688,7 @@ def lock_many_suppressed(conn: Connection, ids: Collection[uuid.UUID]) -> list[S
     a statement for no ids."""
     if not ids:
         return []
-    rows = conn.execute(query("reminder_lock_many_suppressed"), {"ids": id_array(sorted(ids))})
+    rows = run(conn, query("reminder_lock_many_suppressed"), {"ids": id_array(sorted(ids))})
     return records(SuppressedForResume, rows, exdates=tuple)
 
 
@@ -703,8 +711,8 @@ def resume_many_from_suppression(
         }
         for r in resumes
     )
-    resumed = conn.execute(
-        query("reminder_resume_many_from_suppression"), {"rows": rows, "now": now}
+    resumed = run(
+        conn, query("reminder_resume_many_from_suppression"), {"rows": rows, "now": now}
     ).scalars()
     return sorted(resumed)
 
@@ -720,7 +728,7 @@ def repoint_many_suppression(
     rows = json_rows(
         {"id": r.id, "address": r.address, "paused_reason": r.paused_reason} for r in repoints
     )
-    conn.execute(query("reminder_repoint_many_suppression"), {"rows": rows, "now": now})
+    run(conn, query("reminder_repoint_many_suppression"), {"rows": rows, "now": now})
 
 
 def mark_many_suppression_checked(
@@ -730,6 +738,4 @@ def mark_many_suppression_checked(
     suppression (`reminder_mark_many_suppression_checked`); no statement for no ids."""
     if not ids:
         return
-    conn.execute(
-        query("reminder_mark_many_suppression_checked"), {"ids": id_array(ids), "now": now}
-    )
+    run(conn, query("reminder_mark_many_suppression_checked"), {"ids": id_array(ids), "now": now})

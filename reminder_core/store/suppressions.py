@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from reminder_core.domain.suppression import SuppressionReason
-from reminder_core.store._statements import query, records
+from reminder_core.store._statements import query, records, run
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,8 @@ def add(
     """Put the case-folded `email` on the list, `created_at = now` (aware UTC)
     (`suppression_add`). Returns False when it was listed already: the existing entry and
     its reason stay."""
-    added = conn.execute(
+    added = run(
+        conn,
         query("suppression_add"),
         {
             "email": email,
@@ -71,7 +72,7 @@ def list_among(conn: Connection, emails: Iterable[str]) -> dict[str, Suppression
     wanted = sorted(set(emails))
     if not wanted:
         return {}
-    rows = conn.execute(query("suppression_list_among"), {"emails": json.dumps(wanted)})
+    rows = run(conn, query("suppression_list_among"), {"emails": json.dumps(wanted)})
     return {r.email: SuppressionReason(r.reason) for r in rows}
 
 
@@ -80,7 +81,7 @@ def list_newest(conn: Connection, *, limit: int) -> list[SuppressionEntry]:
     paused reminders (`suppression_list_newest`)."""
     return records(
         SuppressionEntry,
-        conn.execute(query("suppression_list_newest"), {"limit": limit}),
+        run(conn, query("suppression_list_newest"), {"limit": limit}),
         reason=SuppressionReason,
     )
 
@@ -88,5 +89,5 @@ def list_newest(conn: Connection, *, limit: int) -> list[SuppressionEntry]:
 def remove(conn: Connection, *, email: str) -> bool:
     """Delete the entry of the case-folded `email` (`suppression_remove`); False when there
     was none. The reminders it paused stay paused (the caller resumes them)."""
-    removed = conn.execute(query("suppression_remove"), {"email": email}).first()
+    removed = run(conn, query("suppression_remove"), {"email": email}).first()
     return removed is not None

@@ -6,21 +6,21 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from reminder_core.store._statements import query
+from reminder_core.store._statements import query, run
 
 
 def set_lock_timeout(conn: Connection, *, timeout_ms: int) -> None:
     """For the rest of the transaction, give up on a lock after `timeout_ms` milliseconds
     (PostgreSQL `lock_timeout`; the waiting statement then fails with SQLSTATE 55P03)
     (`transaction_set_lock_timeout`)."""
-    conn.execute(query("transaction_set_lock_timeout"), {"timeout": f"{timeout_ms}ms"})
+    run(conn, query("transaction_set_lock_timeout"), {"timeout": f"{timeout_ms}ms"})
 
 
 def set_timeouts(conn: Connection, *, timeout_ms: int) -> None:
     """For the rest of the transaction, end any statement that runs, and give up on any
     lock wait, after `timeout_ms` milliseconds (PostgreSQL `statement_timeout` and
     `lock_timeout`: SQLSTATE 57014 and 55P03) (`transaction_set_timeouts`)."""
-    conn.execute(query("transaction_set_timeouts"), {"ms": str(timeout_ms)})
+    run(conn, query("transaction_set_timeouts"), {"ms": str(timeout_ms)})
 
 
 def ping(conn: Connection) -> None:
@@ -30,4 +30,4 @@ def ping(conn: Connection) -> None:
     Raises:
         sqlalchemy.exc.DBAPIError: the database did not answer.
     """
-    conn.execute(query("transaction_ping"))
+    run(conn, query("transaction_ping"))

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from reminder_core.store._statements import query, records
+from reminder_core.store._statements import query, records, run
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,8 @@ def insert(
     (`webhook_endpoint_insert`)."""
     rows = records(
         WebhookEndpointRow,
-        conn.execute(
+        run(
+            conn,
             query("webhook_endpoint_insert"),
             {
                 "user_id": user_id,
@@ -47,7 +48,7 @@ def insert(
 def list_for(conn: Connection, *, user_id: str) -> list[WebhookEndpointRow]:
     """The user's endpoints, oldest first (`webhook_endpoint_list_for`)."""
     return records(
-        WebhookEndpointRow, conn.execute(query("webhook_endpoint_list_for"), {"user_id": user_id})
+        WebhookEndpointRow, run(conn, query("webhook_endpoint_list_for"), {"user_id": user_id})
     )
 
 
@@ -55,14 +56,14 @@ def get(conn: Connection, *, user_id: str, endpoint_id: uuid.UUID) -> WebhookEnd
     """The user's endpoint, or None (another user's is None too) (`webhook_endpoint_get`)."""
     rows = records(
         WebhookEndpointRow,
-        conn.execute(query("webhook_endpoint_get"), {"id": endpoint_id, "user_id": user_id}),
+        run(conn, query("webhook_endpoint_get"), {"id": endpoint_id, "user_id": user_id}),
     )
     return rows[0] if rows else None
 
 
 def delete(conn: Connection, *, user_id: str, endpoint_id: uuid.UUID) -> bool:
     """Delete the user's endpoint; False when there is none (`webhook_endpoint_delete`)."""
-    found = conn.execute(
-        query("webhook_endpoint_delete"), {"id": endpoint_id, "user_id": user_id}
+    found = run(
+        conn, query("webhook_endpoint_delete"), {"id": endpoint_id, "user_id": user_id}
     ).first()
     return found is not None

@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.domain.suppression import ApplyOutcome, FeedbackKind
-from reminder_core.store._statements import query, records
+from reminder_core.store._statements import query, records, run
 
 # --- Webhooks and the rematcher ----------------------------------------------------------------
 
@@ -55,7 +55,8 @@ def insert(
     must hold no U+0000 nor lone surrogates (`webhooks.parsing.storable`). Returns the new
     row's id, or None when (provider, event_id) was stored before (a replay: nothing
     written)."""
-    row_id: uuid.UUID | None = conn.execute(
+    row_id: uuid.UUID | None = run(
+        conn,
         query("webhook_event_insert"),
         {
             "provider": provider,
@@ -79,7 +80,7 @@ def lock_rematchable(conn: Connection, *, since: datetime, limit: int) -> list[R
     """Up to `limit` `unmatched` events received at or after `since` (aware UTC) whose
     message now has a delivery row, oldest first, row-locked `FOR UPDATE SKIP LOCKED`
     until the caller's transaction ends (`webhook_event_lock_rematchable`)."""
-    rows = conn.execute(query("webhook_event_lock_rematchable"), {"since": since, "limit": limit})
+    rows = run(conn, query("webhook_event_lock_rematchable"), {"since": since, "limit": limit})
     return records(RematchableEvent, rows, kind=FeedbackKind, delivery_status=DeliveryStatus)
 
 
@@ -94,7 +95,8 @@ def mark_matched(
     """Record the `unmatched` event `event_row_id` (`webhook_events.id`) applied to
     `delivery_id` with `outcome`, `applied_at = now` (aware UTC); an event no longer
     `unmatched` is left as it is (`webhook_event_mark_matched`)."""
-    conn.execute(
+    run(
+        conn,
         query("webhook_event_mark_matched"),
         {"id": event_row_id, "outcome": outcome.value, "delivery_id": delivery_id, "now": now},
     )
@@ -106,5 +108,5 @@ def mark_matched(
 def delete_expired(conn: Connection, *, cutoff: datetime, limit: int) -> int:
     """Delete up to `limit` events received before `cutoff` (aware UTC)
     (`webhook_event_delete_expired`). Returns how many were deleted."""
-    result = conn.execute(query("webhook_event_delete_expired"), {"cutoff": cutoff, "limit": limit})
+    result = run(conn, query("webhook_event_delete_expired"), {"cutoff": cutoff, "limit": limit})
     return int(result.rowcount)

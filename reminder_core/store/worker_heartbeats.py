@@ -10,7 +10,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from reminder_core.store._statements import id_array, json_rows, query, records
+from reminder_core.store._statements import id_array, json_rows, query, records, run
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,8 @@ def beat_many(
     already marked stopped is left alone (`worker_heartbeat_beat_many`)."""
     if not loops:
         return
-    conn.execute(
+    run(
+        conn,
         query("worker_heartbeat_beat_many"),
         {
             "rows": json_rows(
@@ -91,26 +92,24 @@ def beat_many(
 def mark_stopped(conn: Connection, ids: Iterable[uuid.UUID], *, now: datetime) -> None:
     """Mark the rows of `ids` stopped at `now` (aware UTC): a clean exit
     (`worker_heartbeat_mark_stopped`)."""
-    conn.execute(query("worker_heartbeat_mark_stopped"), {"ids": id_array(ids), "now": now})
+    run(conn, query("worker_heartbeat_mark_stopped"), {"ids": id_array(ids), "now": now})
 
 
 def list_since(conn: Connection, *, since: datetime) -> list[WorkerRow]:
     """Every row seen at or after `since` (aware UTC), by role, newest first
     (`worker_heartbeat_list_since`)."""
-    return records(WorkerRow, conn.execute(query("worker_heartbeat_list_since"), {"since": since}))
+    return records(WorkerRow, run(conn, query("worker_heartbeat_list_since"), {"since": since}))
 
 
 def last_seen_by_role(conn: Connection) -> dict[str, WorkerRow]:
     """The newest row of every role ever recorded, by role
     (`worker_heartbeat_last_seen_by_role`)."""
-    rows = records(WorkerRow, conn.execute(query("worker_heartbeat_last_seen_by_role")))
+    rows = records(WorkerRow, run(conn, query("worker_heartbeat_last_seen_by_role")))
     return {r.role: r for r in rows}
 
 
 def delete_expired(conn: Connection, *, cutoff: datetime, limit: int) -> int:
     """Delete up to `limit` rows last seen before `cutoff` (aware UTC); returns how many
     (`worker_heartbeat_delete_expired`)."""
-    result = conn.execute(
-        query("worker_heartbeat_delete_expired"), {"cutoff": cutoff, "limit": limit}
-    )
+    result = run(conn, query("worker_heartbeat_delete_expired"), {"cutoff": cutoff, "limit": limit})
     return int(result.rowcount)

@@ -1,9 +1,12 @@
 """The store's statements (reminder_core/store/_statements.py) against the real database:
-the result columns declared from a statement's first records (issue 15), and what a
-migration under a running process does to them: a column added is refused loudly and the
-statement works again once it is gone; columns reordered (a column recreated, as a type
-change does) map to the right fields, never swapped (found by an adversarial trial: the
-declared columns map by position)."""
+`run`, which sends a store statement on the pooled psycopg connection instead of through
+SQLAlchemy's execution (issue 15), gives the values, transactions, listeners and errors
+that `Connection.execute` gives for the same statement (SQLAlchemy's own path is the
+expected value in each test); and what a migration under a running process does to a
+statement's records: a column added is refused loudly and the statement works again once
+it is gone; columns reordered (a column recreated, as a type change does) map to the
+right fields, never swapped (found by an adversarial trial of an earlier version that
+mapped by position)."""
 
 from __future__ import annotations
 
@@ -11,11 +14,19 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import Connection, Engine, TextClause, text
-from sqlalchemy.sql.selectable import TextualSelect
+from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy.exc import (
+    IntegrityError,
+    InternalError,
+    MultipleResultsFound,
+    NoResultFound,
+    OperationalError,
+    PendingRollbackError,
+)
 
+from reminder_core.db.session import make_engine
 from reminder_core.store import reminders
-from reminder_core.store._statements import query
+from reminder_core.store._statements import Rows, query, run
 
 
 def table_columns(db: Engine, table: str) -> list[str]:
@@ -48,24 +59,10 @@ def insert_one(db: Engine) -> uuid.UUID:
         )  # fmt: skip
 
 
-def test_a_select_star_learns_the_columns_the_database_returns(db: Engine) -> None:
+def test_a_column_added_by_a_migration_fails_loudly_until_it_is_gone(db: Engine) -> None:
     reminder_id = insert_one(db)
     with db.connect() as conn:
-        first = reminders.get(conn, user_id="u1", reminder_id=reminder_id)
-        learned = query("reminder_get")
-        again = reminders.get(conn, user_id="u1", reminder_id=reminder_id)
-    assert first is not None
-    assert again == first
-    assert isinstance(learned, TextualSelect)  # SQLAlchemy caches its result metadata
-    assert [c.name for c in learned.selected_columns] == table_columns(db, "reminders")
-
-
-def test_a_column_added_after_the_columns_were_learned_fails_loudly(db: Engine) -> None:
-    reminder_id = insert_one(db)
-    with db.connect() as conn:
-        reminders.get(conn, user_id="u1", reminder_id=reminder_id)
-        reminders.get(conn, user_id="u1", reminder_id=reminder_id)  # cached metadata
-        assert not isinstance(query("reminder_get"), TextClause)  # learned
+        assert reminders.get(conn, user_id="u1", reminder_id=reminder_id) is not None
         conn.execute(text("ALTER TABLE reminders ADD COLUMN added_by_a_migration int"))
         with pytest.raises(RuntimeError, match="added_by_a_migration"):
             reminders.get(conn, user_id="u1", reminder_id=reminder_id)
@@ -81,7 +78,7 @@ def test_columns_reordered_by_a_migration_still_map_to_their_fields(db: Engine) 
     with db.begin() as conn:
         conn.execute(text("UPDATE reminders SET body = 'the body', snoozed_from = id"))
     with db.connect() as conn:
-        for _ in range(3):  # learned, then SQLAlchemy's metadata cached
+        for _ in range(6):  # psycopg prepares a statement from its fifth run on
             before = reminders.get(conn, user_id="u1", reminder_id=reminder_id)
         assert before is not None
         # Recreate `title` and `snoozed_from` at the end of the table: every column after
@@ -101,3 +98,150 @@ def test_columns_reordered_by_a_migration_still_map_to_their_fields(db: Engine) 
         assert (after.title, after.body, after.snoozed_from) == ("t", "the body", reminder_id)
         assert after.webhook_endpoint_id is None
         conn.rollback()
+
+
+# --- `run` against SQLAlchemy's own path (the expected values) -------------------------------
+
+
+def both(conn: Connection, name: str, params: dict[str, object]) -> tuple[list[tuple], Rows]:  # type: ignore[type-arg]
+    """The named statement's rows through SQLAlchemy's `Connection.execute`, then the
+    same through `run`, on one connection."""
+    through_sqlalchemy = [tuple(r) for r in conn.execute(query(name), params).all()]
+    return through_sqlalchemy, run(conn, query(name), params)
+
+
+def test_run_reads_every_column_of_a_reminder_as_sqlalchemy_does(db: Engine) -> None:
+    # Every type the store reads from `reminders`: uuid, text, timestamptz, timestamp,
+    # timestamp[] (exdates), jsonb (count_progress), booleans, integers, NULLs.
+    reminder_id = insert_one(db)
+    with db.begin() as conn:
+        conn.execute(
+            text("UPDATE reminders SET exdates = ARRAY[TIMESTAMP '2031-04-06 09:00'],"
+                 " body = '100% café', snoozed_from = id, count_progress ="
+                 " CAST('{\"local\": \"2031-04-06T09:00\", \"counted\": 2}' AS jsonb)"),
+        )  # fmt: skip
+    with db.connect() as conn:
+        expected, got = both(conn, "reminder_get", {"user_id": "u1", "id": reminder_id})
+        assert got.columns == tuple(table_columns(db, "reminders"))
+        assert [tuple(r) for r in got] == expected
+        assert [type(v) for v in got.one()] == [type(v) for v in expected[0]]
+        row = got.one()
+        assert (row.id, row.body, row.exdates) == (
+            reminder_id,
+            "100% café",
+            [datetime(2031, 4, 6, 9)],
+        )
+        assert row.next_run_utc == datetime(2031, 3, 30, 7, tzinfo=UTC)  # aware, as stored
+        assert got.rowcount == 1
+
+
+def test_run_escapes_percent_and_binds_as_sqlalchemy_does(db: Engine) -> None:
+    statement = text("SELECT '100%' AS literal, CAST(:x AS int) + 1 AS x, :t AS t")
+    with db.connect() as conn:
+        expected = conn.execute(statement, {"x": 41, "t": "a%(x)s"}).one()
+        got = run(conn, statement, {"x": 41, "t": "a%(x)s"})
+    assert tuple(got.one()) == tuple(expected) == ("100%", 42, "a%(x)s")
+
+
+def test_the_result_methods_raise_as_sqlalchemy_does(db: Engine) -> None:
+    many = text("SELECT g AS n FROM generate_series(1, :n) AS g")
+    with db.connect() as conn:
+        for n, method in [(0, "one"), (2, "one"), (2, "one_or_none"), (0, "scalar_one"),
+                          (2, "scalar_one"), (2, "scalar_one_or_none")]:  # fmt: skip
+            with pytest.raises((NoResultFound, MultipleResultsFound)) as expected:
+                getattr(conn.execute(many, {"n": n}), method)()
+            with pytest.raises(type(expected.value)):
+                getattr(run(conn, many, {"n": n}), method)()
+        for n, method in [(0, "first"), (0, "one_or_none"), (0, "scalar"), (3, "scalar"),
+                          (0, "scalar_one_or_none"), (1, "scalar_one"),
+                          (3, "scalars")]:  # fmt: skip
+            want = getattr(conn.execute(many, {"n": n}), method)()
+            got = getattr(run(conn, many, {"n": n}), method)()
+            assert (list(got) if method == "scalars" else got) == (
+                list(want) if method == "scalars" else want
+            )
+
+
+def test_run_begins_the_transaction_the_connection_commits_or_rolls_back(db: Engine) -> None:
+    reminder_id = insert_one(db)
+    cancel = {"user_id": "u1", "id": reminder_id, "now": datetime(2031, 1, 1, tzinfo=UTC)}
+    with db.connect() as conn:
+        assert not conn.in_transaction()
+        run(conn, text("UPDATE reminders SET title = 'rolled back' WHERE id = :id"), cancel)
+        assert conn.in_transaction()  # autobegun, as conn.execute does
+        conn.rollback()
+        run(conn, text("UPDATE reminders SET title = 'committed' WHERE id = :id"), cancel)
+        conn.commit()
+        run(conn, text("UPDATE reminders SET title = 'closed without commit' WHERE id = :id"),
+            cancel)  # fmt: skip
+    with db.connect() as conn:
+        titles = conn.execute(text("SELECT title FROM reminders WHERE id = :id"), cancel)
+        assert titles.scalar_one() == "committed"
+    with db.connect() as conn:
+        auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+        run(auto, text("UPDATE reminders SET title = 'autocommit' WHERE id = :id"), cancel)
+        auto.rollback()  # nothing to undo: it committed as it ran
+    with db.connect() as conn:
+        titles = conn.execute(text("SELECT title FROM reminders WHERE id = :id"), cancel)
+        assert titles.scalar_one() == "autocommit"
+
+
+def test_a_refused_statement_raises_sqlalchemys_error_and_fails_the_transaction(
+    db: Engine,
+) -> None:
+    duplicate = text("INSERT INTO rate_limits (user_id, tat) VALUES ('dup', now())")
+    errors: list[type[BaseException]] = []
+    for execute in (lambda c, s: c.execute(s), run):
+        with db.connect() as conn:
+            execute(conn, duplicate)
+            with pytest.raises(IntegrityError) as refused:
+                execute(conn, duplicate)
+            errors.append(type(refused.value.orig))
+            assert "rate_limits" in str(refused.value.statement)
+            with pytest.raises(InternalError, match="current transaction is aborted"):
+                execute(conn, text("SELECT 1"))
+            conn.rollback()
+            assert list(execute(conn, text("SELECT 1 AS one")).scalars()) == [1]
+    assert errors[0] is errors[1]  # psycopg's UniqueViolation under both
+
+
+def test_a_connection_lost_under_run_is_invalidated_and_replaced(db: Engine) -> None:
+    engine = make_engine(db.url.render_as_string(hide_password=False), pool_size=1)
+    try:
+        with engine.connect() as conn:
+            pid = run(conn, text("SELECT pg_backend_pid() AS pid")).scalar_one()
+            with db.connect() as other:
+                other.execute(text("SELECT pg_terminate_backend(:p, 5000)"), {"p": pid})
+            with pytest.raises(OperationalError) as lost:
+                run(conn, text("SELECT 1 AS one"))
+            assert lost.value.connection_invalidated
+            assert conn.invalidated
+            with pytest.raises(PendingRollbackError):  # as SQLAlchemy refuses it
+                run(conn, text("SELECT 1 AS one"))
+            conn.rollback()
+            again = run(conn, text("SELECT pg_backend_pid() AS pid")).scalar_one()
+            assert again != pid  # a new connection, on the same Connection
+    finally:
+        engine.dispose()
+
+
+def test_run_calls_the_engines_cursor_listeners(db: Engine) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def before(*args: object) -> None:  # conn, cursor, statement, parameters, context, many
+        assert args[4] is None  # no execution context under `run`
+        seen.append(("before", str(args[2])))
+
+    def after(*args: object) -> None:
+        seen.append(("after", str(args[2])))
+
+    event.listen(db, "before_cursor_execute", before)
+    event.listen(db, "after_cursor_execute", after)
+    try:
+        with db.connect() as conn:
+            run(conn, text("SELECT CAST(:x AS int) AS x"), {"x": 1})
+    finally:
+        event.remove(db, "before_cursor_execute", before)
+        event.remove(db, "after_cursor_execute", after)
+    assert seen == [("before", "SELECT CAST(%(x)s AS int) AS x"),
+                    ("after", "SELECT CAST(%(x)s AS int) AS x")]  # fmt: skip
