@@ -100,14 +100,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         def take_then_create(i: int) -> None:
             # As the API does it (reminder_api.ratelimit): the take in autocommit on the
-            # connection the route then uses, back in the default isolation level.
+            # connection the route then uses for its transaction.
             with engine.connect() as conn:
-                conn.execution_options(isolation_level="AUTOCOMMIT")
                 rate_limits.take(
-                    conn, user_id="u1", now=datetime.now(UTC), emission_s=1e-4, tolerance_s=1e3
-                )
-                conn.commit()
-                conn.execution_options(isolation_level=engine.dialect.default_isolation_level)
+                    conn, user_id="u1", now=datetime.now(UTC), emission_s=1e-4, tolerance_s=1e3,
+                    autocommit=True,
+                )  # fmt: skip
                 create_on(conn, i)
 
         raw_conn = psycopg.connect(libpq_url(url), prepare_threshold=0)

@@ -16,8 +16,8 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Connection, Engine
-from starlette.concurrency import run_in_threadpool
 
+from reminder_api.threads import ROUTE_THREADS
 from reminder_core.cell_directory import CellRouting
 from reminder_core.cells import DEFAULT_CELL, cell_settings
 from reminder_core.errors import Forbidden, InvalidInput, UserMoving
@@ -218,7 +218,7 @@ async def run_route_body(route: Callable[P, R], *args: P.args, **kwargs: P.kwarg
     Raises:
         whatever the check raises (the route did not run), or the route raises.
     """
-    return await run_in_threadpool(functools.partial(_checked, route, *args, **kwargs))
+    return await ROUTE_THREADS.run(functools.partial(_checked, route, *args, **kwargs))
 
 
 def in_worker_thread(route: Callable[P, R]) -> Callable[P, Awaitable[R]]:
@@ -236,7 +236,7 @@ def in_worker_thread(route: Callable[P, R]) -> Callable[P, Awaitable[R]]:
 
     @functools.wraps(route)
     async def offloaded(*args: P.args, **kwargs: P.kwargs) -> R:
-        return await run_in_threadpool(functools.partial(_checked, route, *args, **kwargs))
+        return await ROUTE_THREADS.run(functools.partial(_checked, route, *args, **kwargs))
 
     offloaded.runs_route_body_check = True  # type: ignore[attr-defined]
     return offloaded

@@ -27,14 +27,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from fastapi.security import HTTPAuthorizationCredentials
-from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reminder_api.deps import ROUTE_BODY_CHECK, AppContext, current_principal, keep_for_route
 from reminder_api.errors import problem
+from reminder_api.threads import ROUTE_THREADS
 from reminder_core.metrics import API_LIMITED
 from reminder_core.store import rate_limits
 from reminder_core.store.rate_limits import Taken
@@ -172,9 +171,6 @@ class RateLimit:
         self.app = app
         self.ctx = ctx
         self.policy = policy
-        #: Each cell's engine in autocommit (same pool): the take is one statement, so
-        #: its BEGIN and COMMIT were two round trips of three (issue 15).
-        self._autocommit: dict[int, Engine] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         policy = self.policy
@@ -194,7 +190,7 @@ class RateLimit:
                 return  # the rest of a response refused after the fact
             if message["type"] == "http.response.start":
                 if not pending.done:  # no route body ran: count the request now
-                    await run_in_threadpool(pending.run)
+                    await ROUTE_THREADS.run(pending.run)
                 if pending.taken is not None and not pending.taken.taken:
                     replaced = True
                     await self._refuse(pending, scope, receive, send)
@@ -244,45 +240,32 @@ class RateLimit:
         return principal.subject
 
     def _take(self, policy: RatePolicy, user_id: str, now: datetime, keep: bool) -> Taken:
-        """Take one request from `user_id`'s budget at `now`, in autocommit. With `keep`
-        (in the route's worker thread, before its body) on a connection checked out here
-        and left for the route (`keep_for_route`), back in the engine's default
-        isolation level for the route's transaction; else on a connection returned at
-        once.
+        """Take one request from `user_id`'s budget at `now`, in autocommit (a statement
+        committed as it runs: the request counts even when the route fails), on a
+        connection checked out here and left outside a transaction, in the engine's
+        isolation level. With `keep` (in the route's worker thread, before its body) the
+        connection is left for the route (`keep_for_route`); else it goes back to the
+        pool at once.
 
         Raises:
             sqlalchemy.exc.DBAPIError, sqlalchemy.exc.TimeoutError: no take (the caller
                 lets the request through); no connection is kept.
         """
         engine = self.ctx.engine_for(user_id)
+        conn = engine.connect()
+        try:
+            taken = rate_limits.take(
+                conn, user_id=user_id, now=now, emission_s=policy.emission_s,
+                tolerance_s=policy.tolerance_s, autocommit=True,
+            )  # fmt: skip
+        except BaseException:
+            conn.close()
+            raise
         if keep:
-            conn = engine.connect()
-            try:
-                conn.execution_options(isolation_level="AUTOCOMMIT")
-                taken = rate_limits.take(
-                    conn, user_id=user_id, now=now, emission_s=policy.emission_s,
-                    tolerance_s=policy.tolerance_s,
-                )  # fmt: skip
-                conn.commit()  # ends SQLAlchemy's autobegun transaction (nothing to send)
-                conn.execution_options(isolation_level=engine.dialect.default_isolation_level)
-            except BaseException:
-                conn.close()
-                raise
             keep_for_route(engine, conn)
-            return taken
-        autocommit = self._autocommit.get(id(engine))
-        if autocommit is None:
-            autocommit = self._autocommit.setdefault(
-                id(engine), engine.execution_options(isolation_level="AUTOCOMMIT")
-            )
-        with autocommit.connect() as conn:  # one statement: its own transaction
-            return rate_limits.take(
-                conn,
-                user_id=user_id,
-                now=now,
-                emission_s=policy.emission_s,
-                tolerance_s=policy.tolerance_s,
-            )
+        else:
+            conn.close()
+        return taken
 
 
 def policy_of(per_minute: int, burst: int) -> RatePolicy | None:

@@ -30,7 +30,12 @@ from typing import Any, NoReturn, TypeVar, cast
 import orjson
 from psycopg.pq import ExecStatus
 from sqlalchemy import Connection, TextClause, text
-from sqlalchemy.exc import MultipleResultsFound, NoResultFound, PendingRollbackError
+from sqlalchemy.exc import (
+    InvalidRequestError,
+    MultipleResultsFound,
+    NoResultFound,
+    PendingRollbackError,
+)
 
 T = TypeVar("T")
 
@@ -195,9 +200,16 @@ class Rows:
         return self._tuples[0][0]
 
 
-def run(conn: Connection, statement: Statement, params: Mapping[str, Any] | None = None) -> Rows:
+def run(
+    conn: Connection,
+    statement: Statement,
+    params: Mapping[str, Any] | None = None,
+    *,
+    autocommit: bool = False,
+) -> Rows:
     """Run one store statement (from `query`) with `params` on `conn`, in `conn`'s
-    transaction, and return its whole result.
+    transaction, and return its whole result; with `autocommit`, as a transaction of its
+    own instead, committed by the database as it runs.
 
     As `conn.execute(statement, params)` would, for every statement of the store (text,
     untyped binds, no streaming): the transaction begins when none has (autobegin; a
@@ -212,28 +224,55 @@ def run(conn: Connection, statement: Statement, params: Mapping[str, Any] | None
     (values exactly as psycopg's adapters give them, as before: no SQLAlchemy result
     processors ran on untyped text columns), and `echo` does not log it.
 
+    `autocommit` switches psycopg's `autocommit` on for this one statement and back off
+    after it (a few µs; through SQLAlchemy's `isolation_level` execution option and back,
+    ~30 µs each way), begins no SQLAlchemy transaction, and leaves `conn` as it found it:
+    outside a transaction, in its isolation level, for the caller's next transaction.
+
     Args:
         conn: an open SQLAlchemy Connection (psycopg 3 dialect).
         statement: a statement `query` returned.
         params: the bound parameters by name (`:now` -> {"now": ...}).
+        autocommit: run as its own transaction; `conn` must not be in one.
 
     Raises:
         sqlalchemy.exc.DBAPIError: (a subclass) the database refused or lost it.
         sqlalchemy.exc.PendingRollbackError: `conn`'s transaction failed earlier.
+        sqlalchemy.exc.InvalidRequestError: `autocommit` on a connection in a transaction.
     """
     fairy = conn.connection  # raises as SQLAlchemy does for a closed or invalid connection
-    trans = conn.get_transaction()
-    if trans is None:
-        conn.begin()
-    elif not trans.is_active:
-        raise PendingRollbackError(
-            "This connection is on an inactive transaction. Please rollback() fully before"
-            " proceeding"
-        )
+    driver = cast(Any, fairy.driver_connection)
+    switched = False
+    if autocommit:
+        if conn.in_transaction():
+            raise InvalidRequestError(
+                "an autocommit statement needs a connection outside a transaction"
+            )
+        if not driver.autocommit:
+            driver.autocommit = switched = True
+    else:
+        trans = conn.get_transaction()
+        if trans is None:
+            conn.begin()
+        elif not trans.is_active:
+            raise PendingRollbackError(
+                "This connection is on an inactive transaction. Please rollback() fully"
+                " before proceeding"
+            )
     known = _compiled.get(id(statement))
     sql = known[1] if known is not None and known[0] is statement else _sql(conn, statement)
     values: Mapping[str, Any] = params if params is not None else {}
-    cursor = fairy.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        return _execute(conn, driver, sql, values)
+    finally:
+        if switched and not driver.closed:
+            driver.autocommit = False
+
+
+def _execute(conn: Connection, driver: Any, sql: str, values: Mapping[str, Any]) -> Rows:
+    """Send `sql` with `values` on `driver` (the psycopg connection under `conn`): the
+    cursor listeners, the execute, the rows (`run`)."""
+    cursor = driver.cursor()
     try:
         dispatch = conn.dispatch
         for hook in dispatch.before_cursor_execute:

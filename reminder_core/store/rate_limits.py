@@ -22,15 +22,22 @@ class Taken:
 
 
 def take(
-    conn: Connection, *, user_id: str, now: datetime, emission_s: float, tolerance_s: float
+    conn: Connection,
+    *,
+    user_id: str,
+    now: datetime,
+    emission_s: float,
+    tolerance_s: float,
+    autocommit: bool = False,
 ) -> Taken:
     """Take one request from `user_id`'s budget at `now` (aware UTC), GCRA: each request
     moves the TAT on by `emission_s` (60 / requests per minute), and is refused when the
     TAT would end up more than `tolerance_s` (burst x emission_s) after `now`; a refused
     request changes nothing (`rate_limit_take`).
 
-    Side effects: inserts or updates the user's row (row-locked until the caller's
-    transaction ends: commit at once).
+    Side effects: inserts or updates the user's row, row-locked until the caller's
+    transaction ends (commit at once), or, with `autocommit`, committed as the statement
+    runs (`conn` must be outside a transaction; it is left so, in its isolation level).
     """
     rows = records(
         Taken,
@@ -38,6 +45,7 @@ def take(
             conn,
             query("rate_limit_take"),
             {"user_id": user_id, "now": now, "emission_s": emission_s, "tolerance_s": tolerance_s},
+            autocommit=autocommit,
         ),
     )
     return rows[0] if rows else Taken(tat=None, taken=False)

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.exc import (
     IntegrityError,
     InternalError,
+    InvalidRequestError,
     MultipleResultsFound,
     NoResultFound,
     OperationalError,
@@ -245,3 +246,49 @@ def test_run_calls_the_engines_cursor_listeners(db: Engine) -> None:
         event.remove(db, "after_cursor_execute", after)
     assert seen == [("before", "SELECT CAST(%(x)s AS int) AS x"),
                     ("after", "SELECT CAST(%(x)s AS int) AS x")]  # fmt: skip
+
+
+def title_of(db: Engine, reminder_id: uuid.UUID) -> str:
+    with db.connect() as other:
+        found = other.execute(
+            text("SELECT title FROM reminders WHERE id = :id"), {"id": reminder_id}
+        )
+        return str(found.scalar_one())
+
+
+def test_an_autocommit_statement_commits_as_it_runs_and_leaves_the_connection_as_it_was(
+    db: Engine,
+) -> None:
+    reminder_id = insert_one(db)
+    rename = text("UPDATE reminders SET title = :title WHERE id = :id")
+    with db.connect() as conn:
+        run(conn, rename, {"title": "autocommitted", "id": reminder_id}, autocommit=True)
+        assert title_of(db, reminder_id) == "autocommitted"  # seen while conn is open
+        assert not conn.in_transaction()
+        assert conn.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
+        run(conn, rename, {"title": "in a transaction", "id": reminder_id})
+        assert conn.in_transaction()
+        conn.rollback()  # the next statement was in a transaction again: undone
+    assert title_of(db, reminder_id) == "autocommitted"
+
+
+def test_an_autocommit_statement_is_refused_inside_a_transaction(db: Engine) -> None:
+    reminder_id = insert_one(db)
+    rename = text("UPDATE reminders SET title = :title WHERE id = :id")
+    with db.connect() as conn:
+        run(conn, rename, {"title": "in a transaction", "id": reminder_id})
+        with pytest.raises(InvalidRequestError, match="outside a transaction"):
+            run(conn, rename, {"title": "autocommit", "id": reminder_id}, autocommit=True)
+        conn.rollback()
+    assert title_of(db, reminder_id) == "t"
+
+
+def test_a_refused_autocommit_statement_leaves_the_connection_usable(db: Engine) -> None:
+    duplicate = text("INSERT INTO rate_limits (user_id, tat) VALUES ('dup', now())")
+    with db.connect() as conn:
+        run(conn, duplicate, autocommit=True)
+        with pytest.raises(IntegrityError):
+            run(conn, duplicate, autocommit=True)
+        assert not conn.in_transaction()
+        assert conn.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
+        assert run(conn, text("SELECT count(*) AS n FROM rate_limits")).scalar_one() == 1
