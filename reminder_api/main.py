@@ -60,7 +60,11 @@ def main(
     stop = threading.Event()
     install_stop_handlers(stop)
     with configuration_errors():
-        rt = open_runtime(settings, application_name="reminders-api")
+        rt = open_runtime(
+            settings,
+            application_name="reminders-api",
+            statement_timeout_s=settings.api_statement_timeout_s,
+        )
         app = create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))
     try:
         if stop.is_set():
@@ -74,7 +78,12 @@ def main(
 
 def _cells(rt: Runtime) -> CellRouting | None:
     """The routing to the users' cells with CELLS (docs/design.md, "Cells"), else None."""
-    return open_cell_routing(rt.settings, rt.engine, application_name="reminders-api")
+    return open_cell_routing(
+        rt.settings,
+        rt.engine,
+        application_name="reminders-api",
+        statement_timeout_s=rt.settings.api_statement_timeout_s,
+    )
 
 
 def _config(app: FastAPI | str, settings: Settings, **kwargs: object) -> uvicorn.Config:
@@ -93,7 +102,11 @@ def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: in
     # A bad setting is reported once, here, not by every worker as it crashes and is
     # restarted: build the app once (no connection is opened) and drop it.
     with configuration_errors():
-        rt = open_runtime(settings, application_name="reminders-api")
+        rt = open_runtime(
+            settings,
+            application_name="reminders-api",
+            statement_timeout_s=settings.api_statement_timeout_s,
+        )
         try:
             create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))
         finally:
@@ -124,6 +137,10 @@ def worker_app() -> FastAPI:
     exits."""
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
-    rt = open_runtime(settings, application_name="reminders-api")
+    rt = open_runtime(
+        settings,
+        application_name="reminders-api",
+        statement_timeout_s=settings.api_statement_timeout_s,
+    )
     atexit.register(rt.close)
     return create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))

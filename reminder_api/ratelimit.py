@@ -72,7 +72,8 @@ class RatePolicy:
         a refused request `Retry-After` (whole seconds, at least 1): when one request
         fits again. An unknown TAT (a concurrent first request) counts as a spent
         budget."""
-        ahead_s = (taken.tat - now).total_seconds() if taken.tat else self.tolerance_s
+        # A TAT in the past is a full budget (a read of the row can be older than `now`).
+        ahead_s = max(0.0, (taken.tat - now).total_seconds()) if taken.tat else self.tolerance_s
         remaining = max(0, math.floor((self.tolerance_s - ahead_s) / self.emission_s + 1e-9))
         reset_s = max(0, math.ceil(ahead_s - 1e-9))
         out = {
@@ -96,6 +97,12 @@ class PendingTake:
     route body (`take_in_route_thread`), else by the middleware when the response starts.
 
     Attributes:
+        clock: the app's clock (aware UTC), read once, as the take starts: after the
+            request's wait for an in-flight slot, so that the takes' `now` follow the
+            order they reach the database in and concurrent answers' `RateLimit` counts
+            go down as their takes commit (adversarial trial, 2026-12-06: `r` was
+            2, 1, 4, 1, 0 with `now` read on entering the middleware).
+        now: the time of the take, None before it.
         taken: the outcome once taken; None before, or when the database could not be
             reached (`skipped`).
         skipped: the take was attempted and the database could not take it (unreachable,
@@ -105,8 +112,9 @@ class PendingTake:
 
     policy: RatePolicy
     user_id: str
-    now: datetime
+    clock: Callable[[], datetime]
     take: Callable[[RatePolicy, str, datetime, bool], Taken]
+    now: datetime | None = None
     taken: Taken | None = None
     skipped: bool = False
 
@@ -130,8 +138,9 @@ class PendingTake:
         the database is unavailable (logged once). With `keep`, the connection the take
         used is left for the route body about to run (`reminder_api.deps.keep_for_route`)."""
         if not self.done:
+            self.now = now = self.clock()
             try:
-                self.taken = self.take(self.policy, self.user_id, self.now, keep)
+                self.taken = self.take(self.policy, self.user_id, now, keep)
             except (sa_exc.DBAPIError, sa_exc.TimeoutError) as exc:
                 # Unreachable, or reachable and unable to write (a primary demoted to
                 # read-only, a failover onto a standby): the request goes on unlimited,
@@ -181,7 +190,7 @@ class RateLimit:
         if user_id is None:  # the route answers 401
             await self.app(scope, receive, send)
             return
-        pending = PendingTake(policy, user_id, self.ctx.clock(), self._take)
+        pending = PendingTake(policy, user_id, self.ctx.clock, self._take)
         replaced = False
 
         async def send_counted(message: Message) -> None:
@@ -196,6 +205,7 @@ class RateLimit:
                     await self._refuse(pending, scope, receive, send)
                     return
                 if pending.taken is not None:
+                    assert pending.now is not None  # set with taken
                     MutableHeaders(scope=message).update(policy.headers(pending.taken, pending.now))
             await send(message)
 
@@ -213,6 +223,7 @@ class RateLimit:
         """Answer the refused request 429 problem+json with `Retry-After` and the
         RateLimit headers."""
         assert pending.taken is not None
+        assert pending.now is not None
         policy = pending.policy
         API_LIMITED.labels(limit="rate").inc()
         response = problem(

@@ -150,13 +150,19 @@ class CellRouting:
 
 
 def open_cell_routing(
-    settings: Settings, home: Engine, *, application_name: str
+    settings: Settings,
+    home: Engine,
+    *,
+    application_name: str,
+    statement_timeout_s: float = 0.0,
 ) -> CellRouting | None:
     """The API's CellRouting for CELLS, None without CELLS (one cell: `home` alone).
 
     Args:
         home: the engine of the first cell (the process's `Runtime.engine`); used for the
             directory too unless DIRECTORY_DATABASE_URL names another database.
+        statement_timeout_s: every engine made here bounds its statements so (seconds, 0
+            none; `make_engine`), as `home` does.
 
     Raises:
         ConfigurationError: CELLS is inconsistent (`cells_of`).
@@ -169,7 +175,12 @@ def open_cell_routing(
     directory_engine = (
         home
         if url == first.database_url or url is None
-        else make_engine(url, pool_size=2, application_name=application_name)
+        else make_engine(
+            url,
+            pool_size=2,
+            application_name=application_name,
+            statement_timeout_s=statement_timeout_s,
+        )
     )
 
     def engine_of(cell: Cell) -> Engine:
@@ -181,6 +192,7 @@ def open_cell_routing(
             pool_size=settings.db_pool_size,
             application_name=application_name,
             pool_timeout_s=settings.db_pool_timeout_s,
+            statement_timeout_s=statement_timeout_s,
         )
 
     directory = CellDirectory(directory_engine, cells, cache_ttl_s=settings.cell_cache_ttl_s)

@@ -61,12 +61,15 @@ def open_runtime(
     pool_size: int | None = None,
     check_queue: bool = False,
     worker: bool = False,
+    statement_timeout_s: float = 0.0,
 ) -> Runtime:
     """Connect to the database (embedded when DATABASE_URL is unset) and build the queue.
 
     Args:
         migrate: apply pending migrations first (`reminders dev` does; production runs the
             migration Job instead).
+        statement_timeout_s: bound every statement on the engine's connections (seconds,
+            0: none; the API passes API_STATEMENT_TIMEOUT_S; `make_engine`).
         check_queue: ask the queue once whether it exists (`check_queue_at_start`): the
             workloads that use it do; one-off commands need not.
         worker: a cell's worker: with CELLS, CELL (`--cell`) must name its cell, whose
@@ -89,6 +92,7 @@ def open_runtime(
         pool_size=pool_size or settings.db_pool_size,
         application_name=application_name,
         pool_timeout_s=settings.db_pool_timeout_s,
+        statement_timeout_s=statement_timeout_s,
     )
     queue = open_queue(
         settings.queue_url,

@@ -622,6 +622,16 @@ class Settings(BaseSettings):
         " past it is answered 429 and stores nothing. 0 (the default): no quota; the"
         " default MIN_RECURRENCE_SPACING_S (1 h) already keeps a rule at 25 a day at most.",
     )
+    api_statement_timeout_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="Longest one database statement of the API may run, waiting on a lock"
+        " included, before the server cancels it and the request is answered 503 with"
+        " Retry-After, nothing of it written (PostgreSQL statement_timeout on the API's"
+        " connections). A table locked by a migration or a stuck transaction then holds a"
+        " request this long, not until the client gives up. 0: no bound.",
+    )
     db_pool_timeout_s: float = Field(
         default=5.0,
         gt=0,

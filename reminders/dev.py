@@ -17,6 +17,7 @@ import coordinator.maintenance.main as maintenance_main
 import outbox_sweeper.main as sweeper_main
 import sender.main as sender_main
 from reminder_api.app import create_app
+from reminder_core.db.session import make_engine
 from reminder_core.errors import configuration_errors
 from reminder_core.logging import configure_logging
 from reminder_core.metrics_server import serve_worker_metrics
@@ -129,7 +130,16 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
             (sender_main.build(rt, stop), settings.sender_poll_interval_s),
             (maintenance_main.build(rt), settings.maintenance_poll_interval_s),
         ]
-        app = create_app(settings, rt.engine, rt.profiles)
+        # The API's own pool, its statements bounded by API_STATEMENT_TIMEOUT_S as in
+        # `reminders api`; the workers' statements (claims, retention) are not.
+        api_engine = make_engine(
+            rt.database_url,
+            pool_size=settings.db_pool_size,
+            application_name="reminders-dev-api",
+            pool_timeout_s=settings.db_pool_timeout_s,
+            statement_timeout_s=settings.api_statement_timeout_s,
+        )
+        app = create_app(settings, api_engine, rt.profiles)
     heartbeats: dict[str, Heartbeat] = {}
     threads = start_loops(loops, stop, heartbeats)
     registry = start_registry(rt.engine, heartbeats, settings)
@@ -142,6 +152,7 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         join_loops(threads, settings.shutdown_grace_s)
         if registry is not None:
             registry.close()
+        api_engine.dispose()
         rt.close()
         return 1
     base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
@@ -179,6 +190,7 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         if stuck:
             log.warning("hard stop; still running: %s", ", ".join(stuck))
             hard_exit(1)  # a provider call under way must not keep the process alive
+        api_engine.dispose()
         rt.close()
         log.info("reminders dev stopped")
     return status

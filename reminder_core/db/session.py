@@ -42,15 +42,26 @@ def make_engine(
     pool_size: int = 5,
     application_name: str = "reminders",
     pool_timeout_s: float = 30.0,
+    statement_timeout_s: float = 0.0,
 ) -> Engine:
     """Create an engine for `url` (no connection is opened until first use).
 
     Every connection runs in UTC so that `timestamp without time zone` casts and logs read
-    the same on every host. A checkout waits at most `pool_timeout_s` seconds for a free
-    connection (then `sqlalchemy.exc.TimeoutError`). A connection that sat idle in the pool
-    for over `PING_AFTER_IDLE_S` is pinged first, and replaced when the ping fails (a
-    database restart, a proxy's idle timeout); see `_ping_if_idle`.
+    the same on every host. With `statement_timeout_s` > 0 (seconds; the API's
+    API_STATEMENT_TIMEOUT_S), every statement on its connections, its lock waits
+    included, is cancelled by the server after that long (PostgreSQL `statement_timeout`,
+    SQLSTATE 57014: `sqlalchemy.exc.OperationalError`, its transaction rolled back), set
+    once per connection at connect time (no round trip per request); a transaction may
+    still lower or raise it with `SET LOCAL` (`reminder_core.store.transaction`).
+
+    A checkout waits at most `pool_timeout_s` seconds for a free connection (then
+    `sqlalchemy.exc.TimeoutError`). A connection that sat idle in the pool for over
+    `PING_AFTER_IDLE_S` is pinged first, and replaced when the ping fails (a database
+    restart, a proxy's idle timeout); see `_ping_if_idle`.
     """
+    options = "-c timezone=UTC"
+    if statement_timeout_s > 0:
+        options += f" -c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
     engine = create_engine(
         normalize_url(url),
         pool_size=pool_size,
@@ -59,7 +70,7 @@ def make_engine(
         pool_recycle=1800,
         connect_args={
             "application_name": application_name,
-            "options": "-c timezone=UTC",
+            "options": options,
             "connect_timeout": 10,
         },
     )

@@ -18,7 +18,14 @@ from sqlalchemy import Engine, text
 from bench.support import process_tree
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
-from tests.support.workloads import child_env, free_port, fresh_database, migrate, wait_until
+from tests.support.workloads import (
+    api_env,
+    api_ready,
+    free_port,
+    fresh_database,
+    migrate,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -44,15 +51,7 @@ def test_two_worker_processes_serve_count_and_stop_together(
     e2e_db: tuple[str, Engine], tmp_path: Path
 ) -> None:
     url, engine = e2e_db
-    (tmp_path / "profiles.json").write_text('{"erin": {"email": "erin@example.com"}}')
-    env = child_env(
-        {
-            "DATABASE_URL": url,
-            "JWT_SECRET": SECRET,
-            "PROFILES_FILE": str(tmp_path / "profiles.json"),
-            "STATE_DIR": str(tmp_path / "state"),
-        }
-    )
+    env = api_env(url, tmp_path, SECRET)
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
     env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
@@ -65,14 +64,7 @@ def test_two_worker_processes_serve_count_and_stop_together(
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
-
-        def ready() -> bool:
-            try:
-                return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, 60, "the API")
+        wait_until(lambda: api_ready(base), 60, "the API")
         wait_until(
             lambda: len([p for p in process_tree(proc.pid) if _is_worker(p)]) == 2,
             60,

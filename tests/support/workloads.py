@@ -57,6 +57,32 @@ def child_env(values: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def api_env(
+    database_url: str, tmp_path: Path, jwt_secret: str, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of an API process on `database_url` (`child_env`): JWT_SECRET, a
+    profiles file with one user, `erin`, and state in `tmp_path`; plus `extra`."""
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text('{"erin": {"email": "erin@example.com"}}')
+    return child_env(
+        {
+            "DATABASE_URL": database_url,
+            "JWT_SECRET": jwt_secret,
+            "PROFILES_FILE": str(profiles),
+            "STATE_DIR": str(tmp_path / "state"),
+            **(extra or {}),
+        }
+    )
+
+
+def api_ready(base_url: str) -> bool:
+    """True when the API at `base_url` answers /readyz 200."""
+    try:
+        return httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def wait_until(
     predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2
 ) -> float:

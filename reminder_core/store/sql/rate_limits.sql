@@ -8,6 +8,11 @@
 -- (the burst), in which case nothing changes. One row: the TAT after the statement and
 -- whether the request was taken; no row when a concurrent first request of the user won
 -- the insert and this one was refused (the caller treats it as refused).
+-- A refused request's TAT is read FOR UPDATE: the row is already locked by the ON
+-- CONFLICT above, and in READ COMMITTED a locking read returns the row's latest version,
+-- where a plain read would return the one in the statement's snapshot, from before a
+-- concurrent take this statement waited for (adversarial trial, 2026-12-06: a 429 said
+-- `r=6` with q=5). PostgreSQL manual, "Read Committed Isolation Level", §13.2.1.
 WITH taken AS (
     INSERT INTO rate_limits AS r (user_id, tat)
     VALUES (:user_id, CAST(:now AS timestamptz) + make_interval(secs => :emission_s))
@@ -16,8 +21,11 @@ WITH taken AS (
     WHERE GREATEST(r.tat, CAST(:now AS timestamptz)) + make_interval(secs => :emission_s)
           <= CAST(:now AS timestamptz) + make_interval(secs => :tolerance_s)
     RETURNING r.tat
+), refused AS (
+    SELECT tat FROM rate_limits
+    WHERE user_id = :user_id AND NOT EXISTS (SELECT 1 FROM taken)
+    FOR UPDATE
 )
 SELECT tat, true AS taken FROM taken
 UNION ALL
-SELECT tat, false AS taken FROM rate_limits
-WHERE user_id = :user_id AND NOT EXISTS (SELECT 1 FROM taken);
+SELECT tat, false AS taken FROM refused;
