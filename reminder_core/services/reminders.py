@@ -167,18 +167,6 @@ def create(
     content = draft.content
     compiled, next_run = accepted_schedule(content.schedule, zone, now, config)
     check_occurrences_per_day(compiled, zone, next_run, quotas=quotas, limits=config.limits)
-    try:
-        check_one_more_live(conn, user_id=draft.user_id, quotas=quotas)
-    except QuotaExceeded:
-        # A concurrent create with this key may have taken the last free place while
-        # this request waited for the quota's lock: the retry is answered as its replay.
-        earlier = _replay_after_lock(conn, draft)
-        if earlier is None:
-            raise
-        return Created(earlier, replayed=True)
-    earlier = _replay_after_lock(conn, draft)  # created while this request waited
-    if earlier is not None:
-        return Created(earlier, replayed=True)
     new = NewReminder(
         user_id=draft.user_id,
         title=content.title,
@@ -198,10 +186,43 @@ def create(
         snoozed_from=draft.snoozed_from,
         webhook_endpoint_id=draft.webhook_endpoint_id,
     )
+    # The fast path, one statement: the quota's bound raised and, within the quota, the
+    # insert (check_one_more_live's rule without its own round trip; issue 15).
+    cap = quotas.live_reminders
+    fast = store.insert_within_bound(conn, new, now=now, cap=cap)
+    if fast.created is not None:
+        return Created(fast.created, replayed=False)
+    if fast.live_bound is not None and (cap <= 0 or fast.live_bound <= cap):
+        # Within the quota and not inserted: the idempotency key was used before (the
+        # insert waited for a concurrent request with it).
+        return Created(_replay_of(conn, draft), replayed=True)
+    try:  # no bound yet (start it), or past the quota: count exactly
+        check_one_more_live(conn, user_id=draft.user_id, quotas=quotas, raised=fast.live_bound)
+    except QuotaExceeded:
+        # A concurrent create with this key may have taken the last free place while
+        # this request waited for the quota's lock: the retry is answered as its replay.
+        earlier = _replay_after_lock(conn, draft)
+        if earlier is None:
+            raise
+        return Created(earlier, replayed=True)
+    earlier = _replay_after_lock(conn, draft)  # created while this request waited
+    if earlier is not None:
+        return Created(earlier, replayed=True)
     created = store.insert(conn, new, now=now)
     if created is not None:
         return Created(created, replayed=False)
     # A concurrent request with the same key won the race (the insert waited for it).
+    return Created(_replay_of(conn, draft), replayed=True)
+
+
+def _replay_of(conn: Connection, draft: ReminderDraft) -> ReminderRecord:
+    """The reminder that made `draft`'s insert do nothing: created earlier (or by a
+    concurrent request, which the insert waited for) with its idempotency key.
+
+    Raises:
+        Conflict: the key was used with another request body, or (never expected: the
+            insert's conflict implies the row) no such reminder.
+    """
     existing = find_replay(
         conn,
         user_id=draft.user_id,
@@ -210,7 +231,7 @@ def create(
     )
     if existing is None:  # pragma: no cover - the conflict implies the row exists
         raise Conflict("idempotency key in use; retry")
-    return Created(existing, replayed=True)
+    return existing
 
 
 def lock(conn: Connection, *, user_id: str, reminder_id: uuid.UUID) -> ReminderRecord:

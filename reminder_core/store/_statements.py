@@ -171,6 +171,12 @@ class Rows:
             raise NoResultFound("No row was found when one was required")
         return found
 
+    def split_first(self) -> tuple[list[Any], Rows]:
+        """The first column of every row, and the rows without it (a statement that
+        returns a value before a table's columns: `reminder_insert_within_bound`)."""
+        rest = Rows(self.columns[1:], [row[1:] for row in self._tuples], self.rowcount)
+        return [row[0] for row in self._tuples], rest
+
     def scalars(self) -> list[Any]:
         """The first column of every row."""
         return [row[0] for row in self._tuples]

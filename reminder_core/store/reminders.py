@@ -181,6 +181,44 @@ def insert(conn: Connection, new: NewReminder, *, now: datetime) -> ReminderReco
     return _notify_if_due_soon(conn, _one(run(conn, query("reminder_insert"), params)), now)
 
 
+@dataclass(frozen=True, slots=True)
+class BoundedInsert:
+    """The outcome of `insert_within_bound`: `live_bound` the user's raised live-reminder
+    bound (None: they have none yet, nothing was raised or written); `created` the new
+    reminder, None when nothing was inserted."""
+
+    live_bound: int | None
+    created: ReminderRecord | None
+
+
+def insert_within_bound(
+    conn: Connection, new: NewReminder, *, now: datetime, cap: int
+) -> BoundedInsert:
+    """Raise `new.user_id`'s live-reminder bound by one and, when it is then at most
+    `cap` (or `cap` <= 0: no quota), INSERT the reminder created at `now` (aware UTC), in
+    one statement (`reminder_insert_within_bound`): a create's quota check and insert in
+    one round trip (issue 15). Nothing is inserted when the user has no bound row, when
+    the bound passes `cap`, or when the user already has a reminder with
+    `new.client_request_id` (`insert`'s idempotency; the caller tells the cases apart
+    from `live_bound`).
+
+    Side effects: the bound's row stays locked, and raised, until the caller's
+    transaction ends (reminder_core.quotas.check_one_more_live); a reminder written
+    pending and due within DUE_SOON_S wakes the coordinators at commit.
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: a CHECK constraint refused a value.
+    """
+    bounds, rows = run(
+        conn, query("reminder_insert_within_bound"), _binds(new, now=now, cap=cap)
+    ).split_first()
+    if not bounds:
+        return BoundedInsert(live_bound=None, created=None)
+    first = rows.first()
+    created = _one(rows) if first is not None and first.id is not None else None
+    return BoundedInsert(live_bound=int(bounds[0]), created=_notify_if_due_soon(conn, created, now))
+
+
 def list_page(
     conn: Connection,
     *,

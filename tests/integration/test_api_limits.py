@@ -486,7 +486,7 @@ def test_the_take_and_the_route_share_one_checkout(
         assert seen.checkouts == 1
         take, *route = seen.autocommit
         assert take is True  # its own transaction
-        assert len(route) >= 2  # the quota bound, the INSERT, ...
+        assert route  # a first create: the bound started, the INSERT, ...
         assert not any(route)  # ... in one transaction
         assert db.pool.checkedout() == 0  # type: ignore[attr-defined]
 
@@ -503,6 +503,37 @@ def test_the_take_and_the_route_share_one_checkout(
         assert db.pool.checkedout() == 0  # type: ignore[attr-defined]
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 1
+
+
+def test_a_create_within_the_quota_is_one_statement_after_the_take(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    """Issue 15: once the user has a bound, a create within the quota runs one statement
+    in its transaction (`reminder_insert_within_bound`: the bound raised and the INSERT),
+    after the take; a retry with the same idempotency key is answered its replay from that
+    same statement's outcome; a reused key with another body is still 409."""
+    alice = bearer(token_for("alice"))
+    changes = {"rate_limit_per_minute": 60, "rate_limit_burst": 10, "quota_live_reminders": 5}
+    with apps(db, settings, clock, 1, **changes) as (a,):
+        assert a.post(URL, json=new_york("2030-07-01T09:00"), headers=alice).status_code == 201
+        with pool_use(db) as seen:
+            plain = a.post(URL, json=new_york("2030-07-04T09:00"), headers=alice)
+        assert plain.status_code == 201, plain.text
+        assert seen.autocommit == [True, False]  # the take; then the one statement
+        assert _bound(db, "alice") == 2
+        keyed = {**alice, "Idempotency-Key": "k-fast"}
+        with pool_use(db) as seen:
+            created = a.post(URL, json=new_york("2030-07-02T09:00"), headers=keyed)
+        assert created.status_code == 201, created.text
+        assert seen.autocommit == [True, False, False]  # the take, the key looked up, one
+        assert _bound(db, "alice") == 3
+        replayed = a.post(URL, json=new_york("2030-07-02T09:00"), headers=keyed)
+        assert replayed.status_code == 200
+        assert replayed.json()["id"] == created.json()["id"]
+        reused = a.post(URL, json=new_york("2030-07-03T09:00"), headers=keyed)
+        assert assert_problem(reused, 409)["status"] == 409
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 3
 
 
 def test_a_kept_connection_of_another_engine_is_returned_before_a_checkout(

@@ -47,6 +47,38 @@ VALUES
 ON CONFLICT (user_id, client_request_id) DO NOTHING
 RETURNING *;
 
+-- name: reminder_insert_within_bound
+-- A create's one statement on its fast path: raise :user_id's live-reminder bound by one
+-- (as live_reminder_bound_increment: row-locked until the transaction ends, so one user's
+-- creates run one at a time) and, when the new bound is within :cap (or :cap <= 0: no
+-- quota), create the reminder as reminder_insert does. One row when the user has a bound:
+-- the new bound (`live_bound`), then the reminder's columns, all NULL when nothing was
+-- inserted (the bound past :cap: the caller counts exactly; or the idempotency key exists
+-- already). No row: the user has no bound yet (the caller starts it, then inserts).
+WITH bound AS (
+    UPDATE live_reminder_bounds SET bound = bound + 1
+    WHERE user_id = :user_id
+    RETURNING bound
+), inserted AS (
+    INSERT INTO reminders
+        (user_id, title, body, start_local, all_day, timezone, rrule, exdates,
+         dst_nonexistent, dst_ambiguous, misfire_policy, max_lateness_s, next_run_utc,
+         status, client_request_id, request_fingerprint, snoozed_from, webhook_endpoint_id,
+         created_at, updated_at)
+    SELECT :user_id, :title, :body, CAST(:start_local AS timestamp), :all_day, :timezone,
+           :rrule, CAST(:exdates AS timestamp[]), :dst_nonexistent, :dst_ambiguous,
+           :misfire_policy, :max_lateness_s, CAST(:next_run_utc AS timestamptz), 'pending',
+           :client_request_id, :request_fingerprint, CAST(:snoozed_from AS uuid),
+           CAST(:webhook_endpoint_id AS uuid), CAST(:now AS timestamptz),
+           CAST(:now AS timestamptz)
+    FROM bound
+    WHERE CAST(:cap AS integer) <= 0 OR bound.bound <= CAST(:cap AS integer)
+    ON CONFLICT (user_id, client_request_id) DO NOTHING
+    RETURNING *
+)
+SELECT bound.bound AS live_bound, inserted.*
+FROM bound LEFT JOIN inserted ON true;
+
 -- name: reminder_list_page
 -- Up to :limit of the user's reminders with one of :statuses, newest first, strictly
 -- before the cursor (:before_created_at, :before_id) (ix_reminders_user_created).
