@@ -51,9 +51,7 @@ class Quotas:
         )
 
 
-def check_one_more_live(
-    conn: Connection, *, user_id: str, quotas: Quotas, raised: int | None = None
-) -> None:
+def check_one_more_live(conn: Connection, *, user_id: str, quotas: Quotas) -> None:
     """Refuse a change that makes one more of `user_id`'s reminders live when they have
     `quotas.live_reminders` already; the caller must write the reminder in this same
     transaction.
@@ -67,9 +65,8 @@ def check_one_more_live(
     checks, so the exact count sees every committed change and none is in flight. The
     bound is kept with the quota off too (0), so turning it on finds it true.
 
-    `raised`: the bound as the caller already raised it in this transaction (a create's
-    `reminder_core.store.reminders.insert_within_bound`, which found it past the quota),
-    so that it is not raised twice; None: raise it here.
+    A create's common case (a bound below the quota) does this check and its INSERT in
+    one statement instead (`reminder_core.store.reminders.insert_within_bound`).
 
     Side effects: raises (or starts) the user's bound, row-locked until the caller's
     transaction ends; at the bound, one count of the user's live reminders.
@@ -78,7 +75,7 @@ def check_one_more_live(
         QuotaExceeded: ("QUOTA_LIVE_REMINDERS") the user is at the quota; the caller must
             store nothing (roll back: the bound's raise is undone with it).
     """
-    bound = raised if raised is not None else live_reminder_bounds.increment(conn, user_id=user_id)
+    bound = live_reminder_bounds.increment(conn, user_id=user_id)
     if bound is None:
         bound = live_reminder_bounds.start(conn, user_id=user_id)
     cap = quotas.live_reminders

@@ -233,7 +233,8 @@ def create_reminder(
     the same key with another body is 409. A user without a profile (email address) is
     refused with 422: no email could be sent.
     \f
-    One transaction, no provider call (docs/design.md, "Producer never waits").
+    One transaction (usually one statement committed as it runs: `services.create`'s
+    `alone`), no provider call (docs/design.md, "Producer never waits").
     """
     key = payload.client_request_id or idempotency_key
     if (
@@ -284,6 +285,7 @@ def create_reminder(
             now=ctx.clock(),
             config=ctx.schedule_config,
             quotas=Quotas.from_settings(ctx.settings),
+            alone=True,
         )
         if created.replayed:
             return _replay(created.reminder, response)

@@ -148,6 +148,7 @@ def create(
     now: datetime,
     config: ScheduleConfig,
     quotas: Quotas,
+    alone: bool = False,
 ) -> Created:
     """Create a reminder: `pending` at its first occurrence at or after `now` (aware
     UTC) in `zone` (docs/design.md, "next_run_utc"). Idempotent on
@@ -155,7 +156,12 @@ def create(
     answered as a replay (a replay is answered even at the quota).
 
     Side effects: takes the user's quota lock (until the transaction ends), one INSERT in
-    the caller's transaction.
+    the caller's transaction. With `alone` (the create is the caller's only write, and
+    `conn` is outside a transaction: `POST /v1/reminders`), the common case (the user
+    has a bound, within the quota) is one statement committed as it runs (the bound's
+    raise and the INSERT together, or neither); a later `conn.commit()` commits only what
+    follows it (the wake-up of a reminder due soon). The other cases, and every create
+    without `alone` (an import's events, a snooze), run in the caller's transaction.
 
     Raises:
         InvalidSchedule: the rule cannot be accepted, or the reminder has no occurrence
@@ -186,18 +192,24 @@ def create(
         snoozed_from=draft.snoozed_from,
         webhook_endpoint_id=draft.webhook_endpoint_id,
     )
-    # The fast path, one statement: the quota's bound raised and, within the quota, the
-    # insert (check_one_more_live's rule without its own round trip; issue 15).
+    # The fast path, one statement: below the quota, the bound raised and the insert
+    # (check_one_more_live's rule without its own round trips; issue 15). Atomic by
+    # itself, so a caller outside a transaction runs it as its own (no BEGIN, no COMMIT);
+    # it writes nothing when it falls through.
     cap = quotas.live_reminders
-    fast = store.insert_within_bound(conn, new, now=now, cap=cap)
+    own = alone and not conn.in_transaction()
+    fast = store.insert_within_bound(conn, new, now=now, cap=cap, autocommit=own)
     if fast.created is not None:
         return Created(fast.created, replayed=False)
-    if fast.live_bound is not None and (cap <= 0 or fast.live_bound <= cap):
-        # Within the quota and not inserted: the idempotency key was used before (the
-        # insert waited for a concurrent request with it).
+    if fast.live_bound is not None:
+        # Raised and not inserted: the idempotency key was used before (the insert waited
+        # for a concurrent request with it). The raise stays: an upper bound one too high
+        # costs nothing, the exact count at the quota corrects it.
         return Created(_replay_of(conn, draft), replayed=True)
-    try:  # no bound yet (start it), or past the quota: count exactly
-        check_one_more_live(conn, user_id=draft.user_id, quotas=quotas, raised=fast.live_bound)
+    # No bound yet (start it), or at the quota (count exactly), in the caller's
+    # transaction, under the bound's lock.
+    try:
+        check_one_more_live(conn, user_id=draft.user_id, quotas=quotas)
     except QuotaExceeded:
         # A concurrent create with this key may have taken the last free place while
         # this request waited for the quota's lock: the retry is answered as its replay.

@@ -184,33 +184,41 @@ def insert(conn: Connection, new: NewReminder, *, now: datetime) -> ReminderReco
 @dataclass(frozen=True, slots=True)
 class BoundedInsert:
     """The outcome of `insert_within_bound`: `live_bound` the user's raised live-reminder
-    bound (None: they have none yet, nothing was raised or written); `created` the new
-    reminder, None when nothing was inserted."""
+    bound (None: they have none yet or it is at the cap; nothing was raised or written);
+    `created` the new reminder, None when nothing was inserted."""
 
     live_bound: int | None
     created: ReminderRecord | None
 
 
 def insert_within_bound(
-    conn: Connection, new: NewReminder, *, now: datetime, cap: int
+    conn: Connection, new: NewReminder, *, now: datetime, cap: int, autocommit: bool = False
 ) -> BoundedInsert:
-    """Raise `new.user_id`'s live-reminder bound by one and, when it is then at most
-    `cap` (or `cap` <= 0: no quota), INSERT the reminder created at `now` (aware UTC), in
-    one statement (`reminder_insert_within_bound`): a create's quota check and insert in
-    one round trip (issue 15). Nothing is inserted when the user has no bound row, when
-    the bound passes `cap`, or when the user already has a reminder with
-    `new.client_request_id` (`insert`'s idempotency; the caller tells the cases apart
-    from `live_bound`).
+    """When `new.user_id`'s live-reminder bound is below `cap` (or `cap` <= 0: no quota),
+    raise it by one and INSERT the reminder created at `now` (aware UTC), in one statement
+    (`reminder_insert_within_bound`): a create's quota check and insert in one round trip
+    (issue 15). Nothing is written when the user has no bound row or it is at `cap`
+    (`live_bound` None); the bound is raised and nothing inserted when the user already
+    has a reminder with `new.client_request_id` (`insert`'s idempotency: `live_bound`
+    set, `created` None).
 
-    Side effects: the bound's row stays locked, and raised, until the caller's
-    transaction ends (reminder_core.quotas.check_one_more_live); a reminder written
-    pending and due within DUE_SOON_S wakes the coordinators at commit.
+    With `autocommit` (`conn` outside a transaction) the statement is a transaction of
+    its own, committed as it runs: the bound's raise and the reminder together, or
+    neither (issue 15: no BEGIN and COMMIT round trips).
+
+    Side effects: the raised bound's row stays locked until the caller's transaction ends
+    (reminder_core.quotas.check_one_more_live), or, with `autocommit`, is committed at
+    once with the reminder; a reminder written pending and due within DUE_SOON_S wakes
+    the coordinators when the caller next commits.
 
     Raises:
         sqlalchemy.exc.IntegrityError: a CHECK constraint refused a value.
     """
     bounds, rows = run(
-        conn, query("reminder_insert_within_bound"), _binds(new, now=now, cap=cap)
+        conn,
+        query("reminder_insert_within_bound"),
+        _binds(new, now=now, cap=cap),
+        autocommit=autocommit,
     ).split_first()
     if not bounds:
         return BoundedInsert(live_bound=None, created=None)

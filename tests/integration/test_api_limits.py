@@ -475,17 +475,19 @@ def test_the_take_and_the_route_share_one_checkout(
 ) -> None:
     """Issue 15: the rate limit's take checks out the connection the route body then
     uses (reminder_api.deps.KEPT_CONNECTION): one checkout per counted request, the take
-    alone in autocommit (a request that fails still counts), the route's statements in a
-    transaction (nothing partial), and the connection back in the pool after a 201, a 404
-    raised in the route body, and a 429 refused before it."""
+    alone in autocommit (a request that fails still counts), a first create's fast
+    statement alone too (it writes nothing without a bound), the rest of the route's
+    statements in a transaction (nothing partial), and the connection back in the pool
+    after a 201, a 404 raised in the route body, and a 429 refused before it."""
     alice = bearer(token_for("alice"))
     with apps(db, settings, clock, 1, rate_limit_per_minute=60, rate_limit_burst=2) as (a,):
         with pool_use(db) as seen:
             created = a.post(URL, json=new_york(), headers=alice)
         assert created.status_code == 201, created.text
         assert seen.checkouts == 1
-        take, *route = seen.autocommit
+        take, fast, *route = seen.autocommit
         assert take is True  # its own transaction
+        assert fast is True  # the fast statement, alone: no bound yet, it wrote nothing
         assert route  # a first create: the bound started, the INSERT, ...
         assert not any(route)  # ... in one transaction
         assert db.pool.checkedout() == 0  # type: ignore[attr-defined]
@@ -508,10 +510,10 @@ def test_the_take_and_the_route_share_one_checkout(
 def test_a_create_within_the_quota_is_one_statement_after_the_take(
     db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
 ) -> None:
-    """Issue 15: once the user has a bound, a create within the quota runs one statement
-    in its transaction (`reminder_insert_within_bound`: the bound raised and the INSERT),
-    after the take; a retry with the same idempotency key is answered its replay from that
-    same statement's outcome; a reused key with another body is still 409."""
+    """Issue 15: once the user has a bound, a create within the quota is one statement
+    after the take (`reminder_insert_within_bound`: the bound raised and the INSERT), a
+    transaction of its own; a retry with the same idempotency key is answered its replay
+    from that same statement's outcome; a reused key with another body is still 409."""
     alice = bearer(token_for("alice"))
     changes = {"rate_limit_per_minute": 60, "rate_limit_burst": 10, "quota_live_reminders": 5}
     with apps(db, settings, clock, 1, **changes) as (a,):
@@ -519,13 +521,15 @@ def test_a_create_within_the_quota_is_one_statement_after_the_take(
         with pool_use(db) as seen:
             plain = a.post(URL, json=new_york("2030-07-04T09:00"), headers=alice)
         assert plain.status_code == 201, plain.text
-        assert seen.autocommit == [True, False]  # the take; then the one statement
+        # The take; then the one statement, a transaction of its own too.
+        assert seen.autocommit == [True, True]
         assert _bound(db, "alice") == 2
         keyed = {**alice, "Idempotency-Key": "k-fast"}
         with pool_use(db) as seen:
             created = a.post(URL, json=new_york("2030-07-02T09:00"), headers=keyed)
         assert created.status_code == 201, created.text
-        assert seen.autocommit == [True, False, False]  # the take, the key looked up, one
+        # The take; the key looked up (the route's transaction begins), the one statement.
+        assert seen.autocommit == [True, False, False]
         assert _bound(db, "alice") == 3
         replayed = a.post(URL, json=new_york("2030-07-02T09:00"), headers=keyed)
         assert replayed.status_code == 200

@@ -48,16 +48,17 @@ ON CONFLICT (user_id, client_request_id) DO NOTHING
 RETURNING *;
 
 -- name: reminder_insert_within_bound
--- A create's one statement on its fast path: raise :user_id's live-reminder bound by one
--- (as live_reminder_bound_increment: row-locked until the transaction ends, so one user's
--- creates run one at a time) and, when the new bound is within :cap (or :cap <= 0: no
--- quota), create the reminder as reminder_insert does. One row when the user has a bound:
--- the new bound (`live_bound`), then the reminder's columns, all NULL when nothing was
--- inserted (the bound past :cap: the caller counts exactly; or the idempotency key exists
--- already). No row: the user has no bound yet (the caller starts it, then inserts).
+-- A create's one statement on its fast path: when :user_id's live-reminder bound is below
+-- :cap (or :cap <= 0: no quota), raise it by one (as live_reminder_bound_increment:
+-- row-locked until the transaction ends, so one user's creates run one at a time) and
+-- create the reminder as reminder_insert does. One row when the bound was raised: the new
+-- bound (`live_bound`), then the reminder's columns, all NULL when the idempotency key
+-- exists already (nothing inserted). No row: nothing was written, the user has no bound
+-- yet or it is at :cap (the caller starts it, or counts exactly, in its transaction).
 WITH bound AS (
     UPDATE live_reminder_bounds SET bound = bound + 1
     WHERE user_id = :user_id
+      AND (CAST(:cap AS integer) <= 0 OR bound < CAST(:cap AS integer))
     RETURNING bound
 ), inserted AS (
     INSERT INTO reminders
@@ -72,7 +73,6 @@ WITH bound AS (
            CAST(:webhook_endpoint_id AS uuid), CAST(:now AS timestamptz),
            CAST(:now AS timestamptz)
     FROM bound
-    WHERE CAST(:cap AS integer) <= 0 OR bound.bound <= CAST(:cap AS integer)
     ON CONFLICT (user_id, client_request_id) DO NOTHING
     RETURNING *
 )
