@@ -26,12 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy import exc as sa_exc
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from reminder_api.deps import ROUTE_BODY_CHECK, AppContext, current_principal, keep_for_route
+from reminder_api.deps import ROUTE_BODY_CHECK, AppContext, keep_for_route, principal_of
 from reminder_api.errors import problem
 from reminder_api.threads import ROUTE_THREADS
 from reminder_core.metrics import API_LIMITED
@@ -186,7 +185,7 @@ class RateLimit:
         if policy is None or scope["type"] != "http" or not is_limited_path(scope["path"]):
             await self.app(scope, receive, send)
             return
-        user_id = await self._subject(scope)
+        user_id = self._subject(scope)
         if user_id is None:  # the route answers 401
             await self.app(scope, receive, send)
             return
@@ -237,15 +236,11 @@ class RateLimit:
         )
         await response(scope, receive, send)
 
-    async def _subject(self, scope: Scope) -> str | None:
+    def _subject(self, scope: Scope) -> str | None:
         """The `sub` of the request's valid bearer token (verified as the routes do, and
         cached there for them), else None."""
-        scheme, _, credentials = Headers(scope=scope).get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not credentials.strip():
-            return None
-        creds = HTTPAuthorizationCredentials(scheme=scheme, credentials=credentials.strip())
         try:
-            principal = await current_principal(creds, self.ctx)
+            principal = principal_of(Headers(scope=scope).get("authorization"), self.ctx)
         except TokenError:
             return None
         return principal.subject
