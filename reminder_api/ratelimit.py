@@ -33,9 +33,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from reminder_api.deps import ROUTE_BODY_CHECK, AppContext, keep_for_route, principal_of
 from reminder_api.errors import problem
 from reminder_api.threads import ROUTE_THREADS
+from reminder_core.errors import RateRefused
 from reminder_core.metrics import API_LIMITED
 from reminder_core.store import rate_limits
-from reminder_core.store.rate_limits import Taken
+from reminder_core.store.rate_limits import RateTake, Taken
 from reminder_core.tokens import TokenError
 
 log = logging.getLogger(__name__)
@@ -121,16 +122,32 @@ class PendingTake:
     def done(self) -> bool:
         return self.taken is not None or self.skipped
 
-    def check(self) -> None:
+    def check(self, *, keep: bool = True) -> None:
         """Take here, in the route's worker thread, before the route body runs (the
         `reminder_api.deps.ROUTE_BODY_CHECK` of the request): no thread hop of its own.
+        With `keep`, the take's connection is left for the route body.
 
         Raises:
             RateRefused: the request is past the budget; the route must not run.
         """
-        taken = self.run(keep=True)
+        taken = self.run(keep=keep)
         if taken is not None and not taken.taken:
             raise RateRefused(self.user_id)
+
+    def adopt(self, now: datetime) -> RateTake:
+        """The take for the route's own first statement at `now` (aware UTC, the take's
+        time: the route reads it as it starts the statement); `record` notes its
+        outcome. Until then the take is not done: a route that fails before it is
+        counted when its response starts."""
+        self.now = now
+        return RateTake(
+            emission_s=self.policy.emission_s,
+            tolerance_s=self.policy.tolerance_s,
+            record=self._record,
+        )
+
+    def _record(self, taken: Taken) -> None:
+        self.taken = taken
 
     def run(self, *, keep: bool = False) -> Taken | None:
         """Take (blocking: call in a worker thread) unless done; the outcome, None when
@@ -147,11 +164,6 @@ class PendingTake:
                 log.warning("rate limit not checked (database unavailable): %s", exc)
                 self.skipped = True
         return self.taken
-
-
-class RateRefused(Exception):
-    """Raised in a route's worker thread, before its body, when its request is past the
-    budget; the middleware answers it 429 (nothing of the route ran)."""
 
 
 class RateLimit:
@@ -208,7 +220,7 @@ class RateLimit:
                     MutableHeaders(scope=message).update(policy.headers(pending.taken, pending.now))
             await send(message)
 
-        token = ROUTE_BODY_CHECK.set(pending.check)
+        token = ROUTE_BODY_CHECK.set(pending)
         try:
             await self.app(scope, receive, send_counted)
         except RateRefused:

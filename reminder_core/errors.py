@@ -113,6 +113,21 @@ class QuotaExceeded(DomainError):
         self.limit = limit
 
 
+class RateRefused(Exception):
+    """The request is past its user's rate budget (RATE_LIMIT_PER_MINUTE; answered 429 by
+    `reminder_api.ratelimit`, which has the take's outcome for the headers); nothing of
+    the route was written. Not a ReminderError: the rate limit's middleware answers it,
+    not the error handlers.
+
+    Attributes:
+        user_id: whose budget.
+    """
+
+    def __init__(self, user_id: str) -> None:
+        super().__init__(user_id)
+        self.user_id = user_id
+
+
 class DeliveryError(ReminderError):
     """Sending one occurrence failed."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import hashlib
 import json
 import uuid
@@ -15,13 +16,17 @@ from typing import Annotated
 from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Response, status
+from psycopg.errors import QueryCanceled
 from sqlalchemy import Connection
+from sqlalchemy import exc as sa_exc
 
 from reminder_api.deps import (
     AppContext,
+    check_left_to_route,
     context,
     current_user,
     in_worker_thread,
+    in_worker_thread_checking_in_body,
     reject_unknown_query,
 )
 from reminder_api.openapi import ETAG_HEADER, problem_responses
@@ -214,7 +219,7 @@ LOCATION_HEADER = {
         **problem_responses(409),
     },
 )
-@in_worker_thread
+@in_worker_thread_checking_in_body
 def create_reminder(
     payload: Annotated[ReminderCreate, Body(openapi_examples=CREATE_EXAMPLES)],
     response: Response,
@@ -233,8 +238,9 @@ def create_reminder(
     the same key with another body is 409. A user without a profile (email address) is
     refused with 422: no email could be sent.
     \f
-    One transaction (usually one statement committed as it runs: `services.create`'s
-    `alone`), no provider call (docs/design.md, "Producer never waits").
+    One transaction (usually one statement committed as it runs, with the rate limit's
+    take: `services.create`'s `alone` and `take`), no provider call (docs/design.md,
+    "Producer never waits").
     """
     key = payload.client_request_id or idempotency_key
     if (
@@ -247,6 +253,10 @@ def create_reminder(
         raise InvalidInput("Idempotency-Key", "must not contain NUL characters")
     # Only a keyed create is compared with a retry (~2% of a create's CPU, issue 15).
     digest = fingerprint(payload) if key is not None else None
+    check = check_left_to_route()
+    if check is not None and key is not None:
+        check.check()  # before the key's lookup, on the connection the route then takes
+        check = None
     with ctx.connect(user_id) as conn:
         if key is not None and digest is not None:
             existing = services.find_replay(
@@ -278,15 +288,35 @@ def create_reminder(
             request_fingerprint=digest,
             webhook_endpoint_id=payload.webhook_endpoint_id,
         )
-        created = services.create(
+        take = None
+        if check is not None and conn.in_transaction():  # with CELLS: the move lock's
+            check.check(keep=False)
+        now = ctx.clock()
+        if check is not None and not conn.in_transaction():
+            take = check.adopt(now)  # in the create's one statement
+        create = functools.partial(
+            services.create,
             conn,
             draft,
             zone=zone,
-            now=ctx.clock(),
+            now=now,
             config=ctx.schedule_config,
             quotas=Quotas.from_settings(ctx.settings),
             alone=True,
         )
+        try:
+            created = create(take=take)
+        except sa_exc.OperationalError as exc:
+            if check is None or take is None or not isinstance(exc.orig, QueryCanceled):
+                raise
+            # The statement waited past API_STATEMENT_TIMEOUT_S and was cancelled: nothing
+            # written, nothing taken. The take alone tells whose wait it was: a budget the
+            # database cannot take lets the request through unlimited, as for any route
+            # (docs/operations.md, "Fair limits"); else the wait was the create's: 503.
+            check.check(keep=False)
+            if not check.skipped:
+                raise
+            created = create(take=None)
         if created.replayed:
             return _replay(created.reminder, response)
         conn.commit()

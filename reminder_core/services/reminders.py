@@ -28,7 +28,7 @@ from reminder_core.domain.recurrence import (
     next_occurrence_and_progress,
 )
 from reminder_core.domain.states import CANCELLABLE, ReminderStatus
-from reminder_core.errors import Conflict, InvalidSchedule, NotFound, QuotaExceeded
+from reminder_core.errors import Conflict, InvalidSchedule, NotFound, QuotaExceeded, RateRefused
 from reminder_core.quotas import Quotas, check_occurrences_per_day, check_one_more_live
 from reminder_core.scheduling import (
     ScheduleConfig,
@@ -40,6 +40,7 @@ from reminder_core.scheduling import (
 from reminder_core.store import queue_messages
 from reminder_core.store import reminders as store
 from reminder_core.store.outbox import OutboxRow
+from reminder_core.store.rate_limits import RateTake
 from reminder_core.store.reminders import (
     NewReminder,
     ReminderAdvance,
@@ -149,6 +150,7 @@ def create(
     config: ScheduleConfig,
     quotas: Quotas,
     alone: bool = False,
+    take: RateTake | None = None,
 ) -> Created:
     """Create a reminder: `pending` at its first occurrence at or after `now` (aware
     UTC) in `zone` (docs/design.md, "next_run_utc"). Idempotent on
@@ -163,7 +165,12 @@ def create(
     follows it (the wake-up of a reminder due soon). The other cases, and every create
     without `alone` (an import's events, a snooze), run in the caller's transaction.
 
+    `take` (with `alone` only): the request's rate-limit take, run in that same first
+    statement at `now` (`store.reminders.insert_within_bound`), its outcome given to
+    `take.record` as soon as it has run; refused, nothing is written.
+
     Raises:
+        RateRefused: (`take` only) the request is past the user's rate budget.
         InvalidSchedule: the rule cannot be accepted, or the reminder has no occurrence
             at or after now (naming the field).
         Conflict: the idempotency key was used with another request body.
@@ -198,7 +205,16 @@ def create(
     # it writes nothing when it falls through.
     cap = quotas.live_reminders
     own = alone and not conn.in_transaction()
-    fast = store.insert_within_bound(conn, new, now=now, cap=cap, autocommit=own)
+    if take is not None and not own:
+        raise ValueError("a create takes the rate limit only alone, outside a transaction")
+    if take is None:
+        fast = store.insert_within_bound(conn, new, now=now, cap=cap, autocommit=own)
+    else:
+        fast = store.take_and_insert_within_bound(conn, new, now=now, cap=cap, take=take)
+        assert fast.taken is not None
+        take.record(fast.taken)
+        if not fast.taken.taken:
+            raise RateRefused(draft.user_id)
     if fast.created is not None:
         return Created(fast.created, replayed=False)
     if fast.live_bound is not None:

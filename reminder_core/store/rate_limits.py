@@ -3,6 +3,7 @@ limits"). Every function runs on the caller's `Connection` and never commits."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -19,6 +20,23 @@ class Taken:
 
     tat: datetime | None
     taken: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RateTake:
+    """A take (`take`'s rule) to run inside another write's statement instead of in one of
+    its own (`reminders.insert_within_bound`: one round trip fewer per create, issue 15).
+
+    Attributes:
+        emission_s: seconds one request costs (60 / requests per minute).
+        tolerance_s: how far after now the TAT may be (burst x emission_s).
+        record: called with the outcome as soon as the statement has run (the caller's
+            bookkeeping: the response's RateLimit headers, the request counted once).
+    """
+
+    emission_s: float
+    tolerance_s: float
+    record: Callable[[Taken], None]
 
 
 def take(

@@ -19,6 +19,7 @@ from reminder_core.domain.recurrence import CountProgress
 from reminder_core.domain.states import ReminderStatus
 from reminder_core.store._statements import Rows, id_array, json_rows, query, records, run
 from reminder_core.store.outbox import OutboxRow
+from reminder_core.store.rate_limits import RateTake, Taken
 
 # --- API: create, read, list, change, cancel ---------------------------------------------------
 
@@ -189,6 +190,8 @@ class BoundedInsert:
 
     live_bound: int | None
     created: ReminderRecord | None
+    #: The outcome of the rate-limit take run in the same statement; None when none was.
+    taken: Taken | None = None
 
 
 def insert_within_bound(
@@ -214,17 +217,54 @@ def insert_within_bound(
     Raises:
         sqlalchemy.exc.IntegrityError: a CHECK constraint refused a value.
     """
-    bounds, rows = run(
+    result = run(
         conn,
         query("reminder_insert_within_bound"),
         _binds(new, now=now, cap=cap),
         autocommit=autocommit,
-    ).split_first()
-    if not bounds:
-        return BoundedInsert(live_bound=None, created=None)
+    )
+    return _bounded(conn, result, now, taken=None)
+
+
+def take_and_insert_within_bound(
+    conn: Connection, new: NewReminder, *, now: datetime, cap: int, take: RateTake
+) -> BoundedInsert:
+    """`insert_within_bound` in autocommit (`conn` outside a transaction), after taking
+    one request from `new.user_id`'s rate budget at `now` (`rate_limits.take`'s rule), in
+    one statement (`reminder_take_and_insert_within_bound`; issue 15: a create's take,
+    quota check and insert in one round trip). The bound is raised and the reminder
+    inserted only when the take was taken; `taken` is its outcome (refused: nothing was
+    written, `live_bound` and `created` None). `take.record` is not called here.
+
+    Side effects: as `insert_within_bound` with `autocommit`, and the user's rate row
+    moved on when taken, committed with them.
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: a CHECK constraint refused a value.
+    """
+    params = _binds(new, now=now, cap=cap)
+    params.update(emission_s=take.emission_s, tolerance_s=take.tolerance_s)
+    result = run(conn, query("reminder_take_and_insert_within_bound"), params, autocommit=True)
+    tats, result = result.split_first()
+    takens, result = result.split_first()
+    # No row: refused against a concurrent first request's row (as rate_limits.take).
+    taken = Taken(tat=tats[0], taken=bool(takens[0])) if tats else Taken(None, taken=False)
+    return _bounded(conn, result, now, taken=taken)
+
+
+def _bounded(
+    conn: Connection, result: Rows, now: datetime, *, taken: Taken | None
+) -> BoundedInsert:
+    """The BoundedInsert of a result whose first column is the raised bound (NULL or no
+    row: none) and whose others are the inserted reminder's (all NULL: none)."""
+    bounds, rows = result.split_first()
+    if not bounds or bounds[0] is None:
+        return BoundedInsert(live_bound=None, created=None, taken=taken)
     first = rows.first()
     created = _one(rows) if first is not None and first.id is not None else None
-    return BoundedInsert(live_bound=int(bounds[0]), created=_notify_if_due_soon(conn, created, now))
+    return BoundedInsert(
+        live_bound=int(bounds[0]), created=_notify_if_due_soon(conn, created, now), taken=taken
+    )
 
 
 def list_page(

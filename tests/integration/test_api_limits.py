@@ -473,21 +473,21 @@ def pool_use(db: Engine) -> Iterator[PoolUse]:
 def test_the_take_and_the_route_share_one_checkout(
     db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
 ) -> None:
-    """Issue 15: the rate limit's take checks out the connection the route body then
-    uses (reminder_api.deps.KEPT_CONNECTION): one checkout per counted request, the take
-    alone in autocommit (a request that fails still counts), a first create's fast
-    statement alone too (it writes nothing without a bound), the rest of the route's
-    statements in a transaction (nothing partial), and the connection back in the pool
-    after a 201, a 404 raised in the route body, and a 429 refused before it."""
+    """Issue 15: one checkout per counted request (the rate limit's take checks out the
+    connection the route body then uses, reminder_api.deps.KEPT_CONNECTION, or a create
+    takes in its own first statement), the take in autocommit (a request that fails
+    still counts; a first create's fast statement with it, writing nothing without a
+    bound), the rest of the route's statements in a transaction (nothing partial), and
+    the connection back in the pool after a 201, a 404 raised in the route body, and a
+    429."""
     alice = bearer(token_for("alice"))
     with apps(db, settings, clock, 1, rate_limit_per_minute=60, rate_limit_burst=2) as (a,):
         with pool_use(db) as seen:
             created = a.post(URL, json=new_york(), headers=alice)
         assert created.status_code == 201, created.text
         assert seen.checkouts == 1
-        take, fast, *route = seen.autocommit
-        assert take is True  # its own transaction
-        assert fast is True  # the fast statement, alone: no bound yet, it wrote nothing
+        take, *route = seen.autocommit
+        assert take is True  # with the fast insert, which wrote nothing without a bound
         assert route  # a first create: the bound started, the INSERT, ...
         assert not any(route)  # ... in one transaction
         assert db.pool.checkedout() == 0  # type: ignore[attr-defined]
@@ -501,18 +501,20 @@ def test_the_take_and_the_route_share_one_checkout(
         with pool_use(db) as seen:
             refused = a.post(URL, json=new_york(), headers=alice)
         assert refused.status_code == 429
-        assert (seen.checkouts, seen.autocommit) == (1, [True])  # the take only
+        assert (seen.checkouts, seen.autocommit) == (1, [True])  # the take (and no insert)
         assert db.pool.checkedout() == 0  # type: ignore[attr-defined]
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 1
 
 
-def test_a_create_within_the_quota_is_one_statement_after_the_take(
+def test_a_create_within_the_quota_is_one_statement_with_the_take(
     db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
 ) -> None:
-    """Issue 15: once the user has a bound, a create within the quota is one statement
-    after the take (`reminder_insert_within_bound`: the bound raised and the INSERT), a
-    transaction of its own; a retry with the same idempotency key is answered its replay
+    """Issue 15: once the user has a bound, a create within the quota is one statement,
+    a transaction of its own: the rate limit's take, the bound raised and the INSERT
+    (`reminder_take_and_insert_within_bound`). A keyed create takes first, as before its
+    key's lookup, then runs the bound and the INSERT in one statement
+    (`reminder_insert_within_bound`); a retry with the same key is answered its replay
     from that same statement's outcome; a reused key with another body is still 409."""
     alice = bearer(token_for("alice"))
     changes = {"rate_limit_per_minute": 60, "rate_limit_burst": 10, "quota_live_reminders": 5}
@@ -521,8 +523,8 @@ def test_a_create_within_the_quota_is_one_statement_after_the_take(
         with pool_use(db) as seen:
             plain = a.post(URL, json=new_york("2030-07-04T09:00"), headers=alice)
         assert plain.status_code == 201, plain.text
-        # The take; then the one statement, a transaction of its own too.
-        assert seen.autocommit == [True, True]
+        assert seen.autocommit == [True]  # the take, the bound and the INSERT
+        assert plain.headers["RateLimit"] == '"per-user";r=8;t=2'  # the second request
         assert _bound(db, "alice") == 2
         keyed = {**alice, "Idempotency-Key": "k-fast"}
         with pool_use(db) as seen:
@@ -562,3 +564,63 @@ def test_a_kept_connection_of_another_engine_is_returned_before_a_checkout(
         contextvars.copy_context().run(in_route_thread)
     finally:
         other.dispose()
+
+
+def _tat_ahead_s(db: Engine, clock: Clock, user_id: str) -> float | None:
+    """How far the user's TAT is after the test clock's now, seconds (None: no row)."""
+    with db.connect() as conn:
+        tat = conn.execute(
+            text("SELECT tat FROM rate_limits WHERE user_id = :u"), {"u": user_id}
+        ).scalar_one_or_none()
+    return None if tat is None else (tat - clock.now).total_seconds()
+
+
+def test_a_create_counts_once_whichever_way_it_ends(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    """Issue 15: `POST /v1/reminders` takes the budget in its own first statement; every
+    way a create ends spends exactly one request (GCRA at 60 a minute, 1 s each, bursts
+    of 2; worked by hand): a first create (no quota bound yet: the take, then the bound
+    started in a transaction), a 201, a 422 raised in the route body before the
+    statement (counted as its response starts), a quota refusal, and a refusal by the
+    take itself, which writes nothing."""
+    alice = bearer(token_for("alice"))
+    changes = {"rate_limit_per_minute": 60, "rate_limit_burst": 2, "quota_live_reminders": 2}
+    with apps(db, settings, clock, 1, **changes) as (a,):
+        first = a.post(URL, json=new_york("2030-07-01T09:00"), headers=alice)
+        assert first.status_code == 201, first.text
+        assert first.headers["RateLimit"] == '"per-user";r=1;t=1'
+        assert _tat_ahead_s(db, clock, "alice") == 1.0
+        second = a.post(URL, json=new_york("2030-07-02T09:00"), headers=alice)
+        assert second.status_code == 201, second.text
+        assert second.headers["RateLimit"] == '"per-user";r=0;t=2'
+        assert (_bound(db, "alice"), _tat_ahead_s(db, clock, "alice")) == (2, 2.0)
+
+        # Past the budget: refused by the create's statement; nothing written.
+        before = table_counts(db)
+        with pool_use(db) as seen:
+            refused = a.post(URL, json=new_york("2030-07-03T09:00"), headers=alice)
+        assert assert_problem(refused, 429)["type"] == "/problems/rate-limited"
+        assert refused.headers["Retry-After"] == "1"
+        assert refused.headers["RateLimit"] == '"per-user";r=0;t=2'
+        assert seen.autocommit == [True]  # one statement, which wrote nothing
+        assert table_counts(db) == before
+        assert (_bound(db, "alice"), _tat_ahead_s(db, clock, "alice")) == (2, 2.0)
+
+        # A rule refused in the route body (RFC 5545 allows FREQ=MINUTELY; the minimum
+        # spacing does not): its 422 spends one request.
+        clock.now += timedelta(seconds=1)
+        minutely = a.post(URL, json=new_york(rrule="FREQ=MINUTELY"), headers=alice)
+        assert assert_problem(minutely, 422)["status"] == 422
+        assert minutely.headers["RateLimit"] == '"per-user";r=0;t=2'
+        assert _tat_ahead_s(db, clock, "alice") == 2.0
+
+        # At the quota (2 live): refused by the quota, counted once (not twice).
+        clock.now += timedelta(seconds=1)
+        at_quota = a.post(URL, json=new_york("2030-07-04T09:00"), headers=alice)
+        assert assert_problem(at_quota, 429)["type"] == "/problems/quota-exceeded"
+        assert at_quota.headers["RateLimit"] == '"per-user";r=0;t=2'
+        assert "Retry-After" not in at_quota.headers
+        assert _tat_ahead_s(db, clock, "alice") == 2.0
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 2

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from reminder_core.db.session import make_engine
 from reminder_core.settings import Settings
@@ -116,3 +116,36 @@ def test_a_take_on_a_locked_budget_lets_the_request_through_unlimited(
     # The next request is counted again: one request of the budget of three taken.
     assert counted.status_code == 200
     assert counted.headers["RateLimit"] == '"per-user";r=2;t=1'
+
+
+def test_a_create_that_takes_in_its_statement_waits_once_on_a_locked_table(
+    db: Engine, bounded: Engine, settings: Settings, token_for: TokenFor
+) -> None:
+    # Issue 15: a create runs the rate limit's take in its own statement. Cancelled on a
+    # locked `reminders`, it takes on its own (done at once: the budget was not what
+    # waited) and is answered 503 without a second wait; counted once, nothing written.
+    alice = bearer(token_for("alice"))
+    changed = settings.model_copy(update={"rate_limit_per_minute": 60, "rate_limit_burst": 3})
+    statements: list[str] = []
+
+    def before(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(
+            "take and insert"
+            if "INSERT INTO rate_limits" in statement and "INSERT INTO reminders" in statement
+            else "take"
+            if "INSERT INTO rate_limits" in statement
+            else "other"
+        )
+
+    with TestClient(build_app(changed, bounded, Clock(NOW)), raise_server_exceptions=False) as c:
+        event.listen(bounded, "before_cursor_execute", before)
+        try:
+            with locked(db, "reminders"):
+                created = c.post(URL, headers=alice, json=CREATE)
+        finally:
+            event.remove(bounded, "before_cursor_execute", before)
+    assert created.status_code == 503, created.text
+    assert created.headers["retry-after"] == "5"
+    assert created.headers["RateLimit"] == '"per-user";r=2;t=1'  # one request of three
+    assert statements == ["take and insert", "take"]
+    assert count(db, "reminders") == 0
