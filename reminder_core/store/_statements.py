@@ -4,7 +4,11 @@ SQLAlchemy `Connection`: private to `reminder_core.store`.
 
 A file holds blocks that start with a line `-- name: <query_name>`; each block is one
 statement run with bound parameters (`:now`, `:limit`, ...). Values are never formatted
-into SQL text.
+into SQL text. A block that starts with `-- part: <part_name>` is not a statement but a
+piece of one, named after its table's entity like a statement: a line `-- include:
+<part_name>` in any file's statement is replaced by it when the statements load, so a
+statement that does another's work in one round trip (a create's rate-limit take, its
+insert) says it once.
 
 Why `run` and not `Connection.execute` (docs/design.md, "The statement path"): SQLAlchemy
 stays the store's connection, pool and transaction layer and its error types, but a
@@ -45,22 +49,40 @@ Statement = TextClause
 #: libpq's status of a result that has rows (a SELECT, a RETURNING), however many.
 TUPLES_OK = ExecStatus.TUPLES_OK
 
-_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_BLOCK = re.compile(r"^--\s*(name|part):\s*(\w+)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"^[ \t]*--\s*include:\s*(\w+)\s*$", re.MULTILINE)
 
 
 @cache
 def _load() -> dict[str, Statement]:
-    queries: dict[str, Statement] = {}
+    bodies: dict[str, str] = {}
+    pieces: dict[str, str] = {}
     for entry in sorted(resources.files("reminder_core.store.sql").iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue
-        source = entry.read_text(encoding="utf-8")
-        parts = _NAME.split(source)
-        for name, body in zip(parts[1::2], parts[2::2], strict=True):
-            if name in queries:
-                raise RuntimeError(f"duplicate query name {name!r} in {entry.name}")
-            queries[name] = text(body.strip().rstrip(";"))
-    return queries
+        blocks = _BLOCK.split(entry.read_text(encoding="utf-8"))
+        for kind, name, body in zip(blocks[1::3], blocks[2::3], blocks[3::3], strict=True):
+            if name in bodies or name in pieces:
+                raise RuntimeError(f"duplicate query or part name {name!r} in {entry.name}")
+            (bodies if kind == "name" else pieces)[name] = body.strip().rstrip(";")
+    return {name: text(_included(name, body, pieces)) for name, body in bodies.items()}
+
+
+def _included(name: str, body: str, pieces: Mapping[str, str]) -> str:
+    """`body` with each `-- include: <part>` line replaced by that part's text (one level:
+    a part includes nothing).
+
+    Raises:
+        RuntimeError: statement `name` includes a part that does not exist.
+    """
+
+    def piece(match: re.Match[str]) -> str:
+        part = match.group(1)
+        if part not in pieces:
+            raise RuntimeError(f"query {name!r} includes {part!r}, which is no part")
+        return pieces[part]
+
+    return _INCLUDE.sub(piece, body)
 
 
 def query(name: str) -> Statement:

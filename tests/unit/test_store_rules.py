@@ -101,6 +101,36 @@ def test_each_statement_is_named_entity_verb_and_run_by_its_one_function(name: s
     )
 
 
+PART = re.compile(r"^--\s*part:\s*(\w+)\s*$", re.MULTILINE)
+INCLUDE = re.compile(r"^[ \t]*--\s*include:\s*(\w+)\s*$", re.MULTILINE)
+
+
+def test_each_part_is_named_for_its_table_and_included_by_a_statement() -> None:
+    """A part (`-- part: <name>`) is named like its table's statements, and each is
+    included somewhere (else it is dead SQL)."""
+    sources = {p.stem: p.read_text(encoding="utf-8") for p in sorted(SQL.glob("*.sql"))}
+    included = {n for source in sources.values() for n in INCLUDE.findall(source)}
+    parts = {n: table for table, source in sources.items() for n in PART.findall(source)}
+    assert parts, "no part to check: the within_bound statements include two"
+    for name, table in parts.items():
+        assert name.startswith(ENTITY[table] + "_"), f"part {name} in {table}.sql"
+        assert name not in statements(), f"{name} is a part and a statement"
+    assert included == set(parts), (included - set(parts), set(parts) - included)
+
+
+def test_an_included_part_is_in_the_loaded_statement_and_an_unknown_one_is_refused() -> None:
+    from reminder_core.store._statements import _included, query
+
+    statement = query("reminder_take_and_insert_within_bound").text
+    assert "-- include:" not in statement
+    # rate_limit_take_steps (rate_limits.sql) and reminder_insert_from_bound (reminders.sql)
+    assert "INSERT INTO rate_limits" in statement
+    assert "INSERT INTO reminders" in statement
+    assert "INSERT INTO rate_limits" in query("rate_limit_take").text
+    with pytest.raises(RuntimeError, match="includes 'reminder_nothing'"):
+        _included("reminder_x", "SELECT 1\n  -- include: reminder_nothing\n", {})
+
+
 def test_store_modules_run_only_their_own_tables_statements() -> None:
     known = statements()
     for table in ENTITY:

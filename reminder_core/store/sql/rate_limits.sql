@@ -13,7 +13,16 @@
 -- where a plain read would return the one in the statement's snapshot, from before a
 -- concurrent take this statement waited for (adversarial trial, 2026-12-06: a 429 said
 -- `r=6` with q=5). PostgreSQL manual, "Read Committed Isolation Level", §13.2.1.
-WITH taken AS (
+WITH
+-- include: rate_limit_take_steps
+SELECT tat, true AS taken FROM taken
+UNION ALL
+SELECT tat, false AS taken FROM refused;
+
+-- part: rate_limit_take_steps
+-- rate_limit_take's two steps, `taken` (the TAT moved on) and `refused` (the TAT read FOR
+-- UPDATE when nothing was taken), as common table expressions of a WITH.
+taken AS (
     INSERT INTO rate_limits AS r (user_id, tat)
     VALUES (:user_id, CAST(:now AS timestamptz) + make_interval(secs => :emission_s))
     ON CONFLICT (user_id) DO UPDATE
@@ -26,6 +35,3 @@ WITH taken AS (
     WHERE user_id = :user_id AND NOT EXISTS (SELECT 1 FROM taken)
     FOR UPDATE
 )
-SELECT tat, true AS taken FROM taken
-UNION ALL
-SELECT tat, false AS taken FROM refused;

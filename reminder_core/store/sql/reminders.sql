@@ -61,20 +61,7 @@ WITH bound AS (
       AND (CAST(:cap AS integer) <= 0 OR bound < CAST(:cap AS integer))
     RETURNING bound
 ), inserted AS (
-    INSERT INTO reminders
-        (user_id, title, body, start_local, all_day, timezone, rrule, exdates,
-         dst_nonexistent, dst_ambiguous, misfire_policy, max_lateness_s, next_run_utc,
-         status, client_request_id, request_fingerprint, snoozed_from, webhook_endpoint_id,
-         created_at, updated_at)
-    SELECT :user_id, :title, :body, CAST(:start_local AS timestamp), :all_day, :timezone,
-           :rrule, CAST(:exdates AS timestamp[]), :dst_nonexistent, :dst_ambiguous,
-           :misfire_policy, :max_lateness_s, CAST(:next_run_utc AS timestamptz), 'pending',
-           :client_request_id, :request_fingerprint, CAST(:snoozed_from AS uuid),
-           CAST(:webhook_endpoint_id AS uuid), CAST(:now AS timestamptz),
-           CAST(:now AS timestamptz)
-    FROM bound
-    ON CONFLICT (user_id, client_request_id) DO NOTHING
-    RETURNING *
+    -- include: reminder_insert_from_bound
 )
 SELECT bound.bound AS live_bound, inserted.*
 FROM bound LEFT JOIN inserted ON true;
@@ -87,19 +74,9 @@ FROM bound LEFT JOIN inserted ON true;
 -- was taken (`rate_tat`, `rate_taken`), then reminder_insert_within_bound's row (all NULL
 -- when nothing was raised or inserted). No row: a concurrent first request of the user
 -- won the rate row's insert and this one was refused; nothing was written.
-WITH taken AS (
-    INSERT INTO rate_limits AS r (user_id, tat)
-    VALUES (:user_id, CAST(:now AS timestamptz) + make_interval(secs => :emission_s))
-    ON CONFLICT (user_id) DO UPDATE
-    SET tat = GREATEST(r.tat, CAST(:now AS timestamptz)) + make_interval(secs => :emission_s)
-    WHERE GREATEST(r.tat, CAST(:now AS timestamptz)) + make_interval(secs => :emission_s)
-          <= CAST(:now AS timestamptz) + make_interval(secs => :tolerance_s)
-    RETURNING r.tat
-), refused AS (
-    SELECT tat FROM rate_limits
-    WHERE user_id = :user_id AND NOT EXISTS (SELECT 1 FROM taken)
-    FOR UPDATE
-), take AS (
+WITH
+-- include: rate_limit_take_steps
+, take AS (
     SELECT tat, true AS taken FROM taken
     UNION ALL
     SELECT tat, false AS taken FROM refused
@@ -110,24 +87,29 @@ WITH taken AS (
       AND EXISTS (SELECT 1 FROM taken)
     RETURNING bound
 ), inserted AS (
-    INSERT INTO reminders
-        (user_id, title, body, start_local, all_day, timezone, rrule, exdates,
-         dst_nonexistent, dst_ambiguous, misfire_policy, max_lateness_s, next_run_utc,
-         status, client_request_id, request_fingerprint, snoozed_from, webhook_endpoint_id,
-         created_at, updated_at)
-    SELECT :user_id, :title, :body, CAST(:start_local AS timestamp), :all_day, :timezone,
-           :rrule, CAST(:exdates AS timestamp[]), :dst_nonexistent, :dst_ambiguous,
-           :misfire_policy, :max_lateness_s, CAST(:next_run_utc AS timestamptz), 'pending',
-           :client_request_id, :request_fingerprint, CAST(:snoozed_from AS uuid),
-           CAST(:webhook_endpoint_id AS uuid), CAST(:now AS timestamptz),
-           CAST(:now AS timestamptz)
-    FROM bound
-    ON CONFLICT (user_id, client_request_id) DO NOTHING
-    RETURNING *
+    -- include: reminder_insert_from_bound
 )
 SELECT take.tat AS rate_tat, take.taken AS rate_taken, bound.bound AS live_bound,
        inserted.*
 FROM take LEFT JOIN bound ON true LEFT JOIN inserted ON true;
+
+-- part: reminder_insert_from_bound
+-- The INSERT of the within_bound statements, as reminder_insert's: one row per row of
+-- `bound` (the raised live-reminder bound), none when the key exists already.
+INSERT INTO reminders
+    (user_id, title, body, start_local, all_day, timezone, rrule, exdates,
+     dst_nonexistent, dst_ambiguous, misfire_policy, max_lateness_s, next_run_utc,
+     status, client_request_id, request_fingerprint, snoozed_from, webhook_endpoint_id,
+     created_at, updated_at)
+SELECT :user_id, :title, :body, CAST(:start_local AS timestamp), :all_day, :timezone,
+       :rrule, CAST(:exdates AS timestamp[]), :dst_nonexistent, :dst_ambiguous,
+       :misfire_policy, :max_lateness_s, CAST(:next_run_utc AS timestamptz), 'pending',
+       :client_request_id, :request_fingerprint, CAST(:snoozed_from AS uuid),
+       CAST(:webhook_endpoint_id AS uuid), CAST(:now AS timestamptz),
+       CAST(:now AS timestamptz)
+FROM bound
+ON CONFLICT (user_id, client_request_id) DO NOTHING
+RETURNING *;
 
 -- name: reminder_list_page
 -- Up to :limit of the user's reminders with one of :statuses, newest first, strictly
