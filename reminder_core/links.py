@@ -7,6 +7,12 @@ UTC), `sub` (the user), `aud` ("reminders:email-link": never accepted as a beare
 nor a bearer token as a link), `iat` and `exp`. Any change to the token breaks its HMAC;
 a link is bound to one occurrence, and what it does is idempotent on that occurrence
 (reminder_core.services.links), so using it twice does nothing the second time.
+
+Every render of one occurrence's email carries the same links (`issued_at`): a provider
+that deduplicates by the idempotency key compares the payload too, and Resend answers a
+repeat with another payload 409 `invalid_idempotent_request` instead of the first
+answer, so links signed at each attempt's clock made a crash's repeat, or a retry after
+a timeout, fail where it should have found the email already sent.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ PATH = "/v1/links"
 #: What the key of links is derived from the JWT key with (never the JWT key itself: a
 #: link signature must not be a bearer token signature).
 _DERIVATION = b"reminders email links v1"
+#: How long Resend keeps an Idempotency-Key (and so compares a repeat's payload):
+#: 24 hours (resend.com/docs/dashboard/emails/idempotency-keys).
+IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
 class LinkAction(StrEnum):
@@ -73,6 +82,24 @@ def link_key(settings: Settings) -> bytes:
     return hmac.new(settings.jwt_key().encode(), _DERIVATION, hashlib.sha256).digest()
 
 
+def issued_at(occurrence: datetime, now: datetime) -> datetime:
+    """When the links of `occurrence`'s email are issued (their `iat`; they expire
+    LINK_TTL_S after it): the occurrence itself, so every attempt at that email, on any
+    sender, signs the same links and sends the same payload under its idempotency key;
+    `now` once the occurrence is more than IDEMPOTENCY_WINDOW old (a replay days later:
+    no provider still holds the key, and links from the occurrence would expire early).
+
+    Args:
+        occurrence: aware; the occurrence the email is about (it may be a little after
+            `now` when it was claimed ahead).
+        now: aware; the attempt's clock.
+
+    Returns:
+        An aware datetime: `occurrence` or `now`.
+    """
+    return now if now - occurrence > IDEMPOTENCY_WINDOW else occurrence
+
+
 def sign_link(
     key: bytes,
     action: LinkAction,
@@ -87,7 +114,8 @@ def sign_link(
 
     Args:
         occurrence: aware; the occurrence the email is about.
-        now: aware; the link expires `ttl_s` seconds after it.
+        now: aware; when the link is issued (`iat`; `issued_at` for an email's): it
+            expires `ttl_s` seconds after it.
     """
     claims = {
         "act": action.value,
@@ -117,7 +145,13 @@ def verify_link(key: bytes, token: str, *, now: datetime) -> LinkClaims:
             key,
             algorithms=[ALGORITHM],
             audience=AUDIENCE,
-            options={"require": ["act", "rid", "occ", "sub", "aud", "exp"], "verify_exp": False},
+            # Expiry is checked below against `now`; `iat` is informational and may be a
+            # few seconds ahead of a click on an email claimed ahead (`issued_at`).
+            options={
+                "require": ["act", "rid", "occ", "sub", "aud", "exp"],
+                "verify_exp": False,
+                "verify_iat": False,
+            },
         )
     except jwt.InvalidTokenError as exc:
         raise LinkError(f"not a valid link ({type(exc).__name__})") from None

@@ -423,7 +423,8 @@ class Settings(BaseSettings):
         default=30 * 86400.0,
         gt=0,
         le=366 * 86400.0,
-        description="A link in an email works this long after the email is sent.",
+        description="A link in an email works this long after the occurrence the email is"
+        " about (after the send, for an email sent more than a day late).",
     )
     snooze_delay_s: float = Field(
         default=3600.0,

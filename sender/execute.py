@@ -19,7 +19,7 @@ from reminder_core.errors import (
     PermanentDeliveryError,
     TransientDeliveryError,
 )
-from reminder_core.links import LinkAction, LinkSigner
+from reminder_core.links import LinkAction, LinkSigner, issued_at
 from reminder_core.logging import delivery_fields
 from reminder_core.metrics import POSSIBLE_DUPLICATES, SENDS_RECOVERED
 from reminder_core.store import delivery_log
@@ -225,9 +225,10 @@ class Executor:
         links: dict[str, str] = {}
         headers: tuple[tuple[str, str], ...] = ()
         if self._links is not None:
+            # The same links on every attempt: the same payload under the key (links.py).
             links = self._links.links(
                 reminder_id=reminder.id, occurrence=begun.chosen, user_id=reminder.user_id,
-                now=self._clock(),
+                now=issued_at(begun.chosen, self._clock()),
             )  # fmt: skip
             # RFC 8058 §3.1: one-click unsubscribe, the stop link POSTed by the mail client.
             headers = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import email
 import email.policy
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,11 +25,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from coordinator.service import Coordinator
-from reminder_core.links import LinkAction, LinkSigner, link_key, sign_link
+from reminder_core.domain.retry import RetryPolicy
+from reminder_core.links import LinkAction, LinkSigner, issued_at, link_key, sign_link
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from tests.integration.api_support import URL, Clock, TokenFor, bearer, build_app
 from tests.integration.helpers import insert_due_reminders
+from tests.support.fake_provider import FakeProvider
+from tests.support.providers import resend_provider
 from tests.support.sending import CountingProvider, make_sender
 
 BASE = "http://testserver"
@@ -379,3 +383,64 @@ def test_snooze_then_stop_then_snooze_says_it_was_stopped(
     again = site.post(path_of(links["snooze"]))
     assert "This reminder was stopped" in again.text  # not "Already snoozed, to ..."
     assert count(db) == before
+
+
+def test_a_retry_after_an_ambiguous_timeout_sends_the_same_payload_and_is_recorded_sent(
+    db: Engine, linked: Settings
+) -> None:
+    """Resend compares a repeat's payload with the first request of its Idempotency-Key
+    and answers 409 `invalid_idempotent_request` when they differ (resend.com/docs/
+    dashboard/emails/idempotency-keys; the fake does the same). Sender A's call times out
+    after the provider took it; sender B retries 7 s later on its own clock: its email,
+    links included, is byte for byte A's, so the provider answers with the first message
+    id and the delivery is recorded `sent` (links signed at each attempt's clock made it
+    a 409, retried until the delivery budget ran out)."""
+    fake = FakeProvider().start()
+    try:
+        now = datetime.now(UTC).replace(microsecond=0)
+        queue = PostgresQueue(db, name="reminders", max_receive_count=5)
+        insert_due_reminders(db, 1, next_run_utc=now, timezone="UTC", title="Call mum")
+        Coordinator(db, queue, lookahead_s=0, batch_size=10, worker_id="c").run_once(now)
+        signer = LinkSigner.from_settings(linked)
+        fake.inject({"kind": "timeout", "seconds": 0.6})  # taken 0.6 s later, after A gave up
+        a = make_sender(db, queue, linked, resend_provider(fake.url, read_timeout_s=0.3),
+                        Clock(now + timedelta(seconds=1)), links=signer,
+                        retry=RetryPolicy(attempts=1, base_s=0.02))  # fmt: skip
+        try:
+            assert a.run_once(now).counts == {"retry": 1}
+        finally:
+            a.close()
+        deadline = time.monotonic() + 3
+        while not fake.state.accepted and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ((key, first),) = fake.state.accepted.items()
+
+        b = make_sender(db, queue, linked, resend_provider(fake.url),
+                        Clock(now + timedelta(seconds=8)), links=signer,
+                        retry=RetryPolicy(attempts=1, base_s=0.02))  # fmt: skip
+        try:
+            # A's backoff has passed (it hid the message from when it gave it back)
+            result = b.run_once(datetime.now(UTC) + timedelta(seconds=1))
+        finally:
+            b.close()
+        assert result.counts == {"sent": 1}
+        assert [r["status"] for r in fake.state.requests] == [200, "duplicate"]
+        assert fake.state.duplicates == 1
+        assert list(fake.state.accepted) == [key]
+        with db.connect() as conn:
+            row = conn.execute(text("SELECT status, provider_message_id FROM delivery_log")).one()
+        assert tuple(row) == ("sent", first["id"])
+        assert LINK.findall(first["text"])  # the email did carry links
+    finally:
+        fake.stop()
+
+
+def test_links_are_issued_at_the_occurrence_until_it_is_a_day_old() -> None:
+    """The rule of reminder_core.links.issued_at: the occurrence (every attempt within
+    Resend's 24 hours of the key signs the same links), else the attempt's clock."""
+    at = SENT
+    assert issued_at(at, at + timedelta(seconds=7)) == at
+    assert issued_at(at, at - timedelta(seconds=2)) == at  # claimed ahead
+    assert issued_at(at, at + timedelta(hours=24)) == at
+    later = at + timedelta(hours=24, seconds=1)
+    assert issued_at(at, later) == later  # a replay the next day: fresh links

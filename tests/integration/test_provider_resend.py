@@ -10,6 +10,7 @@ from docs/design.md, "Retries and the dead-letter queue" and "Provider failover"
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from collections.abc import Iterator
@@ -62,6 +63,23 @@ def test_a_retry_with_the_same_key_is_not_sent_again(fake) -> None:
     assert again == first
     assert len(fake.state.accepted) == 1
     assert fake.state.duplicates == 1
+
+
+def test_the_same_key_with_another_payload_is_409_ambiguous_and_sends_nothing(fake) -> None:
+    """Resend: 409 `invalid_idempotent_request`, "this idempotency key has already been
+    used on a request that had a different payload" (resend.com/docs/dashboard/emails/
+    idempotency-keys). The adapter cannot tell whether the first was delivered: an
+    ambiguous transient error (no failover to a provider that would send it again)."""
+    provider = resend(fake.url)
+    provider.send(EMAIL, idempotency_key=KEY)
+    changed = dataclasses.replace(EMAIL, text=EMAIL.text + " (edited)")
+    with pytest.raises(TransientDeliveryError) as info:
+        provider.send(changed, idempotency_key=KEY)
+    assert info.value.ambiguous is True
+    assert "invalid_idempotent_request" in str(info.value)
+    assert len(fake.state.accepted) == 1
+    assert fake.state.resent == []
+    assert [r["status"] for r in fake.state.requests] == [200, "invalid_idempotent_request"]
 
 
 def test_429_is_transient_with_retry_after(fake) -> None:

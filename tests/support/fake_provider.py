@@ -2,7 +2,10 @@
 
 It records every request, accepts each Idempotency-Key once (a repeat returns the first
 message id and sends nothing, as Resend documents) unless told not to deduplicate, and
-injects faults on demand:
+injects faults on demand. A repeat of an accepted key with another payload is answered
+409 `invalid_idempotent_request` and sends nothing, as Resend documents ("this
+idempotency key has already been used on a request that had a different payload";
+resend.com/docs/dashboard/emails/idempotency-keys):
 
     POST /_faults  {"faults": [{"kind": "500"}, {"kind": "429", "retry_after": 2}, ...],
                     "always": null | {"kind": ...}, "latency_s": 0}
@@ -133,6 +136,7 @@ class State:
 
     def reset(self) -> None:
         self.accepted: dict[str, dict[str, Any]] = {}
+        self.payloads: dict[str, Any] = {}  # the request body each accepted key came with
         self.duplicates = 0
         self.requests: list[dict[str, Any]] = []
         self.faults: list[dict[str, Any]] = []
@@ -456,7 +460,10 @@ class Handler(BaseHTTPRequestHandler):
             first = state.accepted.get(key) if key else None
             if first is not None:
                 state.duplicates += 1
-            if first is not None and state.dedupe:
+            mismatch = first is not None and state.dedupe and state.payloads[key] != payload
+            if mismatch:
+                record["status"] = "invalid_idempotent_request"
+            elif first is not None and state.dedupe:
                 message = first
                 record["status"] = "duplicate"
             else:
@@ -475,7 +482,13 @@ class Handler(BaseHTTPRequestHandler):
                 else:
                     if key:
                         state.accepted[key] = message
+                        state.payloads[key] = payload
                     record["status"] = 200
+        if mismatch:
+            self._json(409, {"statusCode": 409, "name": "invalid_idempotent_request",
+                             "message": "This idempotency key has already been used on a "
+                                        "request that had a different payload."})  # fmt: skip
+            return
         if webhooks and config is not None:
             # Queued before answering: the answer may never reach a client that is gone.
             self.server.dispatcher.schedule(config, message, webhooks)
