@@ -54,8 +54,11 @@ class RatePolicy:
 
     @property
     def emission_s(self) -> float:
-        """Seconds one request costs: 60 / per_minute."""
-        return 60.0 / self.per_minute
+        """Seconds one request costs: 60 / per_minute, to the microsecond (PostgreSQL
+        keeps the TAT to the microsecond: a cost it would round at every take made 7 a
+        minute in bursts of 7 refuse the seventh at one instant; adversarial trial,
+        2026-12-06)."""
+        return round(60.0 / self.per_minute, 6)
 
     @property
     def tolerance_s(self) -> float:
@@ -65,7 +68,7 @@ class RatePolicy:
     def policy_header(self) -> str:
         """`RateLimit-Policy`: the burst as quota, over the seconds it takes to refill
         (rounded up to whole seconds, as the draft's `w` is an Integer)."""
-        return f'"{POLICY_NAME}";q={self.burst};w={math.ceil(self.tolerance_s)}'
+        return f'"{POLICY_NAME}";q={self.burst};w={_whole_seconds(self.tolerance_s)}'
 
     def headers(self, taken: Taken, now: datetime) -> dict[str, str]:
         """`RateLimit-Policy` and `RateLimit` after `taken` at `now` (aware UTC), and for
@@ -75,7 +78,7 @@ class RatePolicy:
         # A TAT in the past is a full budget (a read of the row can be older than `now`).
         ahead_s = max(0.0, (taken.tat - now).total_seconds()) if taken.tat else self.tolerance_s
         remaining = max(0, math.floor((self.tolerance_s - ahead_s) / self.emission_s + 1e-9))
-        reset_s = max(0, math.ceil(ahead_s - 1e-9))
+        reset_s = _whole_seconds(ahead_s)
         out = {
             "RateLimit-Policy": self.policy_header(),
             "RateLimit": f'"{POLICY_NAME}";r={remaining};t={reset_s}',
@@ -84,6 +87,12 @@ class RatePolicy:
             wait_s = ahead_s - self.tolerance_s + self.emission_s
             out["Retry-After"] = str(max(1, math.ceil(wait_s - 1e-9)))
         return out
+
+
+def _whole_seconds(s: float) -> int:
+    """`s` (>= 0) rounded up to whole seconds for a header, ignoring the microseconds a
+    cost rounded to the microsecond adds up to (7 a minute: w=60, not 61)."""
+    return max(0, math.ceil(round(s, 3)))
 
 
 def is_limited_path(path: str) -> bool:

@@ -29,13 +29,14 @@ def _no_nul(value: str | None) -> str | None:
     return value
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Control characters (C0 and DEL): none in a one-line value (a title, an idempotency key).
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CONTROL_BUT_LAYOUT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _one_line(value: str | None) -> str | None:
     """A title becomes an email Subject: no control characters at all."""
-    if value is not None and _CONTROL.search(value):
+    if value is not None and CONTROL.search(value):
         raise ValueError("must not contain control characters (newlines, tabs, NUL, ...)")
     return value
 

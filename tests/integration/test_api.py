@@ -395,6 +395,24 @@ def test_header_and_body_key_that_differ_are_422(
     assert reminder_count(db) == 0
 
 
+def test_a_header_key_with_a_control_character_is_422_as_in_the_body(
+    client: TestClient, db: Engine, token_for: TokenFor
+) -> None:
+    """A tab is legal in an HTTP field value (RFC 9110 §5.5) but not in a key, which the
+    body's `client_request_id` refuses (trial, 2026-12-06: the header stored it)."""
+    headers = {**bearer(token_for("alice")), "Idempotency-Key": "k\tk"}
+
+    resp = client.post(URL, json=new_york(), headers=headers)
+
+    problem = assert_problem(resp, 422, "Idempotency-Key")
+    assert "control characters" in str(problem)
+    assert reminder_count(db) == 0
+    body_refusal = client.post(
+        URL, json=new_york(client_request_id="k\tk"), headers=bearer(token_for("alice"))
+    )
+    assert_problem(body_refusal, 422, "client_request_id")
+
+
 def test_idempotency_keys_are_per_user(client: TestClient, db: Engine, token_for: TokenFor) -> None:
     body = new_york(client_request_id="k1")
 

@@ -97,6 +97,25 @@ def test_two_api_processes_share_one_budget(
         assert conn.execute(text("SELECT count(*) FROM rate_limits")).scalar_one() == 2
 
 
+def test_the_remaining_count_is_exact_when_a_request_costs_no_whole_microseconds(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    """7 a minute in bursts of 7: each request costs 60/7 s (8.571428... s, kept by
+    PostgreSQL to the microsecond), so seven requests at one instant leave r = 6, 5, 4,
+    3, 2, 1, 0 and the eighth is refused (adversarial trial, 2026-12-06: r=5 twice)."""
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 1, rate_limit_per_minute=7, rate_limit_burst=7) as (a,):
+        answers = [a.get(URL, headers=alice) for _ in range(8)]
+    assert [r.status_code for r in answers] == [200] * 7 + [429]
+    remaining = [r.headers["RateLimit"].split(";")[1] for r in answers]
+    assert remaining == ["r=6", "r=5", "r=4", "r=3", "r=2", "r=1", "r=0", "r=0"]
+    # t: whole seconds until the budget is whole again, ceil(k * 60 / 7) after k requests
+    resets = [int(r.headers["RateLimit"].split(";t=")[1]) for r in answers[:7]]
+    assert resets == [9, 18, 26, 35, 43, 52, 60]
+    assert {r.headers["RateLimit-Policy"] for r in answers} == {'"per-user";q=7;w=60'}
+    assert answers[7].headers["Retry-After"] == "9"  # one request's cost, rounded up
+
+
 def test_429_is_documented_as_answered(
     db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
 ) -> None:
