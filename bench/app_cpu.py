@@ -1,7 +1,7 @@
 """The API application's own CPU per request, in process, without a server or a client
-(issue 15): `POST /v1/reminders` (bench/api_load.py's body) and `GET /v1/reminders?limit=1`
-beside the floor `GET /healthz` through the same app (middleware, routing), rounds
-alternated in one process.
+(issue 15): `POST /v1/reminders` (bench/api_load.py's body; also with an Idempotency-Key)
+and `GET /v1/reminders?limit=1` beside the floor `GET /healthz` through the same app
+(middleware, routing), rounds alternated in one process.
 
 bench/api_load.py measures the API as deployed (uvicorn, HTTP, several processes), where
 the client and the machine's drift make a difference of 0.1 ms per create hard to see;
@@ -22,6 +22,7 @@ import os
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         body = json.dumps(BODY).encode()
         auth = [b"Bearer " + mint_token(settings, f"u{i}").encode() for i in range(USERS)]
 
+        run_id = uuid.uuid4().hex[:8]
+
         def headers(i: int, *extra: tuple[bytes, bytes]) -> list[tuple[bytes, bytes]]:
             return [(b"host", b"bench"), (b"authorization", auth[i % USERS]), *extra]
 
@@ -104,6 +107,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 lambda i: call(app, "POST", "/v1/reminders", headers(
                     i, (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode())), body),
+                201,
+            ),
+            # A careful client's create: a fresh Idempotency-Key per call (its lookup).
+            "POST /v1/reminders, keyed": (
+                lambda i: call(app, "POST", "/v1/reminders", headers(
+                    i, (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"idempotency-key", f"bench-{run_id}-{i}".encode())), body),
                 201,
             ),
             "GET /v1/reminders?limit=1": (
@@ -142,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     floor = median["GET /healthz (floor)"]
     create = median["POST /v1/reminders"]
     print(f"  create above the floor: {create - floor:.0f} µs ({create / floor:.1f} x the floor)")
+    keyed = median["POST /v1/reminders, keyed"]
+    print(f"  a key costs a create {keyed - create:.0f} µs ({keyed / create:.2f} x)")
 
 
 if __name__ == "__main__":

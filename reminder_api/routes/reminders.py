@@ -258,15 +258,17 @@ def create_reminder(
     # Only a keyed create is compared with a retry (~2% of a create's CPU, issue 15).
     digest = fingerprint(payload) if key is not None else None
     check = check_left_to_route()
-    if check is not None and key is not None:
-        check.check()  # before the key's lookup, on the connection the route then takes
-        check = None
     with ctx.connect(user_id) as conn:
         if key is not None and digest is not None:
+            # Read alone (no transaction): a new key's create then takes the rate limit
+            # in its one statement too. A 409 is counted as its response starts.
             existing = services.find_replay(
-                conn, user_id=user_id, client_request_id=key, request_fingerprint=digest
-            )
+                conn, user_id=user_id, client_request_id=key, request_fingerprint=digest,
+                alone=True,
+            )  # fmt: skip
             if existing is not None:
+                if check is not None:  # a replay is counted (and refused past the budget)
+                    check.check(keep=False)
                 return _replay(existing, response)
 
         stored = parse_schedule_in(payload)

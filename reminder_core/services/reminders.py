@@ -110,14 +110,26 @@ class Created:
 
 
 def find_replay(
-    conn: Connection, *, user_id: str, client_request_id: str, request_fingerprint: str
+    conn: Connection,
+    *,
+    user_id: str,
+    client_request_id: str,
+    request_fingerprint: str,
+    alone: bool = False,
 ) -> ReminderRecord | None:
-    """The reminder created earlier with this idempotency key, if any.
+    """The reminder created earlier with this idempotency key, if any. With `alone` and
+    no transaction on `conn`, read outside any (one round trip, and `conn` stays free of a
+    transaction for `create(alone=True)`, issue 15); else in the caller's.
 
     Raises:
         Conflict: the key was used with another request body.
     """
-    existing = store.get_by_request_id(conn, user_id=user_id, client_request_id=client_request_id)
+    existing = store.get_by_request_id(
+        conn,
+        user_id=user_id,
+        client_request_id=client_request_id,
+        autocommit=alone and not conn.in_transaction(),
+    )
     if existing is not None and existing.request_fingerprint != request_fingerprint:
         raise Conflict("this idempotency key was already used with a different request body")
     return existing

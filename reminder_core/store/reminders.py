@@ -144,15 +144,17 @@ def lock(conn: Connection, *, user_id: str, reminder_id: uuid.UUID) -> ReminderR
 
 
 def get_by_request_id(
-    conn: Connection, *, user_id: str, client_request_id: str
+    conn: Connection, *, user_id: str, client_request_id: str, autocommit: bool = False
 ) -> ReminderRecord | None:
     """The reminder this user created with this idempotency key, or None
-    (`reminder_get_by_request_id`)."""
+    (`reminder_get_by_request_id`); with `autocommit`, outside any transaction (`conn`
+    must have none: no BEGIN, no COMMIT)."""
     return _one(
         run(
             conn,
             query("reminder_get_by_request_id"),
             {"user_id": user_id, "client_request_id": client_request_id},
+            autocommit=autocommit,
         )
     )
 

@@ -531,10 +531,10 @@ def test_a_create_within_the_quota_is_one_statement_with_the_take(
 ) -> None:
     """Issue 15: once the user has a bound, a create within the quota is one statement,
     a transaction of its own: the rate limit's take, the bound raised and the INSERT
-    (`reminder_take_and_insert_within_bound`). A keyed create takes first, as before its
-    key's lookup, then runs the bound and the INSERT in one statement
-    (`reminder_insert_within_bound`); a retry with the same key is answered its replay
-    from that same statement's outcome; a reused key with another body is still 409."""
+    (`reminder_take_and_insert_within_bound`). A keyed create looks its key up outside
+    a transaction, then runs the same one statement; a retry with the same key is
+    answered its replay, a reused key with another body is still 409, and each of them
+    is counted once (r goes down by one per request: the clock stands still)."""
     alice = bearer(token_for("alice"))
     changes = {"rate_limit_per_minute": 60, "rate_limit_burst": 10, "quota_live_reminders": 5}
     with apps(db, settings, clock, 1, **changes) as (a,):
@@ -549,16 +549,45 @@ def test_a_create_within_the_quota_is_one_statement_with_the_take(
         with pool_use(db) as seen:
             created = a.post(URL, json=new_york("2030-07-02T09:00"), headers=keyed)
         assert created.status_code == 201, created.text
-        # The take; the key looked up (the route's transaction begins), the one statement.
-        assert seen.autocommit == [True, False, False]
+        # The key looked up, then the take, the bound and the INSERT.
+        assert seen.autocommit == [True, True]
+        assert created.headers["RateLimit"] == '"per-user";r=7;t=3'
         assert _bound(db, "alice") == 3
         replayed = a.post(URL, json=new_york("2030-07-02T09:00"), headers=keyed)
         assert replayed.status_code == 200
         assert replayed.json()["id"] == created.json()["id"]
+        assert replayed.headers["RateLimit"] == '"per-user";r=6;t=4'
         reused = a.post(URL, json=new_york("2030-07-03T09:00"), headers=keyed)
         assert assert_problem(reused, 409)["status"] == 409
+        assert reused.headers["RateLimit"] == '"per-user";r=5;t=5'
+        assert _bound(db, "alice") == 3
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 3
+
+
+def test_a_replay_past_the_budget_is_refused_and_a_new_key_writes_nothing(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    """A keyed create is counted like any request (GCRA, 60 a minute in bursts of 2,
+    the clock standing still): past the budget its replay is 429 and a new key's create
+    is 429 with nothing written (its take refused in the statement that would insert)."""
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, clock, 1, rate_limit_per_minute=60, rate_limit_burst=2) as (a,):
+        first = a.post(URL, json=new_york(), headers={**alice, "Idempotency-Key": "k1"})
+        second = a.post(URL, json=new_york(), headers={**alice, "Idempotency-Key": "k2"})
+        assert [first.status_code, second.status_code] == [201, 201]
+        replay = a.post(URL, json=new_york(), headers={**alice, "Idempotency-Key": "k1"})
+        assert assert_problem(replay, 429)["type"] == "/problems/rate-limited"
+        new = a.post(URL, json=new_york(), headers={**alice, "Idempotency-Key": "k3"})
+        assert assert_problem(new, 429)["type"] == "/problems/rate-limited"
+        clock.now += timedelta(seconds=1)  # one request's cost later: the replay is answered
+        again = a.post(URL, json=new_york(), headers={**alice, "Idempotency-Key": "k1"})
+        assert again.status_code == 200
+        assert again.json()["id"] == first.json()["id"]
+    with db.connect() as conn:
+        keys = conn.execute(text("SELECT client_request_id FROM reminders ORDER BY 1")).scalars()
+        assert list(keys) == ["k1", "k2"]
+    assert _bound(db, "alice") == 2
 
 
 def test_a_kept_connection_of_another_engine_is_returned_before_a_checkout(
