@@ -185,10 +185,11 @@ class RouteBodyCheck(Protocol):
         """The take was tried and the database could not do it: the request goes on
         unlimited."""
 
-    def adopt(self, now: datetime) -> RateTake:
-        """The take, to be run at `now` (aware UTC) by the route's own first statement
-        (`services.reminders.create`'s `take`); until its outcome is recorded the request
-        is counted when its response starts, as one that ran no route body."""
+    def adopt(self) -> RateTake:
+        """The take, to be run by the route's own first statement
+        (`services.reminders.create`'s `take`) at the time its `clock` reads as that
+        statement starts; until its outcome is recorded the request is counted when its
+        response starts, as one that ran no route body."""
 
 
 #: The check the current request must pass in its route's worker thread before the route
@@ -207,7 +208,7 @@ CHECK_LEFT_TO_ROUTE: ContextVar[RouteBodyCheck | None] = ContextVar(
 def check_left_to_route() -> RouteBodyCheck | None:
     """The request's check, for a route decorated with `in_worker_thread_checking_in_body`
     to run itself before its first side effect (`check()`) or in its first statement
-    (`adopt(now)`); None when the request has none (no rate limit, or not counted)."""
+    (`adopt()`); None when the request has none (no rate limit, or not counted)."""
     return CHECK_LEFT_TO_ROUTE.get()
 
 

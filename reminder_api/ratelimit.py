@@ -143,17 +143,23 @@ class PendingTake:
         if taken is not None and not taken.taken:
             raise RateRefused(self.user_id)
 
-    def adopt(self, now: datetime) -> RateTake:
-        """The take for the route's own first statement at `now` (aware UTC, the take's
-        time: the route reads it as it starts the statement); `record` notes its
-        outcome. Until then the take is not done: a route that fails before it is
-        counted when its response starts."""
-        self.now = now
+    def adopt(self) -> RateTake:
+        """The take for the route's own first statement; its `clock` is read (and kept
+        as the take's `now`) as that statement starts, so that concurrent takes' `now`
+        follow the order they reach the database in, as `run`'s (adversarial trial,
+        2026-12-06: read before the create's schedule was computed, `r` went 4, 2, 2, 1,
+        0); `record` notes the outcome. Until then the take is not done: a route that
+        fails before it is counted when its response starts."""
         return RateTake(
             emission_s=self.policy.emission_s,
             tolerance_s=self.policy.tolerance_s,
+            clock=self._now,
             record=self._record,
         )
+
+    def _now(self) -> datetime:
+        self.now = now = self.clock()
+        return now
 
     def _record(self, taken: Taken) -> None:
         self.taken = taken

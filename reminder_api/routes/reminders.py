@@ -299,7 +299,7 @@ def create_reminder(
             check.check(keep=False)
         now = ctx.clock()
         if check is not None and not conn.in_transaction():
-            take = check.adopt(now)  # in the create's one statement
+            take = check.adopt()  # in the create's one statement
         create = functools.partial(
             services.create,
             conn,

@@ -178,8 +178,8 @@ def create(
     without `alone` (an import's events, a snooze), run in the caller's transaction.
 
     `take` (with `alone` only): the request's rate-limit take, run in that same first
-    statement at `now` (`store.reminders.insert_within_bound`), its outcome given to
-    `take.record` as soon as it has run; refused, nothing is written.
+    statement at its own `take.clock()` (`store.reminders.take_and_insert_within_bound`),
+    its outcome given to `take.record` as soon as it has run; refused, nothing is written.
 
     Raises:
         RateRefused: (`take` only) the request is past the user's rate budget.

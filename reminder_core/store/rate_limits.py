@@ -30,12 +30,14 @@ class RateTake:
     Attributes:
         emission_s: seconds one request costs (60 / requests per minute).
         tolerance_s: how far after now the TAT may be (burst x emission_s).
+        clock: the take's time (aware UTC), read just before its statement is sent.
         record: called with the outcome as soon as the statement has run (the caller's
             bookkeeping: the response's RateLimit headers, the request counted once).
     """
 
     emission_s: float
     tolerance_s: float
+    clock: Callable[[], datetime]
     record: Callable[[Taken], None]
 
 
@@ -62,7 +64,12 @@ def take(
         run(
             conn,
             query("rate_limit_take"),
-            {"user_id": user_id, "now": now, "emission_s": emission_s, "tolerance_s": tolerance_s},
+            {
+                "user_id": user_id,
+                "take_now": now,
+                "emission_s": emission_s,
+                "tolerance_s": tolerance_s,
+            },
             autocommit=autocommit,
         ),
     )

@@ -232,7 +232,8 @@ def take_and_insert_within_bound(
     conn: Connection, new: NewReminder, *, now: datetime, cap: int, take: RateTake
 ) -> BoundedInsert:
     """`insert_within_bound` in autocommit (`conn` outside a transaction), after taking
-    one request from `new.user_id`'s rate budget at `now` (`rate_limits.take`'s rule), in
+    one request from `new.user_id`'s rate budget at `take.clock()`, read just before the
+    statement is sent (`rate_limits.take`'s rule), in
     one statement (`reminder_take_and_insert_within_bound`; issue 15: a create's take,
     quota check and insert in one round trip). The bound is raised and the reminder
     inserted only when the take was taken; `taken` is its outcome (refused: nothing was
@@ -246,6 +247,7 @@ def take_and_insert_within_bound(
     """
     params = _binds(new, now=now, cap=cap)
     params.update(emission_s=take.emission_s, tolerance_s=take.tolerance_s)
+    params["take_now"] = take.clock()
     result = run(conn, query("reminder_take_and_insert_within_bound"), params, autocommit=True)
     tats, result = result.split_first()
     takens, result = result.split_first()

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -563,6 +563,35 @@ def test_a_create_within_the_quota_is_one_statement_with_the_take(
         assert _bound(db, "alice") == 3
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 3
+
+
+class Ticking(Clock):
+    """A clock one second later at every read: which read a value came from shows."""
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+def test_the_take_in_the_create_statement_is_at_the_time_read_as_it_is_sent(
+    db: Engine, settings: Settings, clock: Clock, token_for: TokenFor
+) -> None:
+    """The take's `now` is read as the create's statement is sent, after the route's own
+    (the reminder's created_at), so concurrent takes' times follow the order they reach
+    the database in and `RateLimit` counts down by one (adversarial trial, 2026-12-06:
+    read with the route's, before the schedule was computed, r went 4, 2, 2, 1, 0)."""
+    ticking = Ticking(clock.now)
+    alice = bearer(token_for("alice"))
+    with apps(db, settings, ticking, 1, **SIXTY_A_MINUTE) as (a,):
+        assert a.post(URL, json=new_york(), headers=alice).status_code == 201  # the bound
+        created = a.post(URL, json=new_york("2030-07-02T09:00"), headers=alice)
+    assert created.status_code == 201
+    with db.connect() as conn:
+        tat = conn.execute(text("SELECT tat FROM rate_limits")).scalar_one()
+    made = datetime.fromisoformat(created.json()["created_at"].replace("Z", "+00:00"))
+    assert tat > made + timedelta(seconds=1)  # TAT = the take's now + 1 s, a later read
+    # the TAT is 1 s ahead of the take's own now: two of three left
+    assert created.headers["RateLimit"] == '"per-user";r=2;t=1'
 
 
 def test_a_replay_past_the_budget_is_refused_and_a_new_key_writes_nothing(

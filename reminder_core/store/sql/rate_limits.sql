@@ -3,8 +3,8 @@
 -- reminder_core/store/rate_limits.py.
 
 -- name: rate_limit_take
--- Take one request from :user_id's budget at :now, atomically for every API process: the
--- TAT moves on by :emission_s unless that would put it more than :tolerance_s after :now
+-- Take one request from :user_id's budget at :take_now, atomically for every API process: the
+-- TAT moves on by :emission_s unless that would put it more than :tolerance_s after :take_now
 -- (the burst), in which case nothing changes. One row: the TAT after the statement and
 -- whether the request was taken; no row when a concurrent first request of the user won
 -- the insert and this one was refused (the caller treats it as refused).
@@ -21,14 +21,15 @@ SELECT tat, false AS taken FROM refused;
 
 -- part: rate_limit_take_steps
 -- rate_limit_take's two steps, `taken` (the TAT moved on) and `refused` (the TAT read FOR
--- UPDATE when nothing was taken), as common table expressions of a WITH.
+-- UPDATE when nothing was taken), as common table expressions of a WITH, at :take_now
+-- (the take's own time).
 taken AS (
     INSERT INTO rate_limits AS r (user_id, tat)
-    VALUES (:user_id, CAST(:now AS timestamptz) + make_interval(secs => :emission_s))
+    VALUES (:user_id, CAST(:take_now AS timestamptz) + make_interval(secs => :emission_s))
     ON CONFLICT (user_id) DO UPDATE
-    SET tat = GREATEST(r.tat, CAST(:now AS timestamptz)) + make_interval(secs => :emission_s)
-    WHERE GREATEST(r.tat, CAST(:now AS timestamptz)) + make_interval(secs => :emission_s)
-          <= CAST(:now AS timestamptz) + make_interval(secs => :tolerance_s)
+    SET tat = GREATEST(r.tat, CAST(:take_now AS timestamptz)) + make_interval(secs => :emission_s)
+    WHERE GREATEST(r.tat, CAST(:take_now AS timestamptz)) + make_interval(secs => :emission_s)
+          <= CAST(:take_now AS timestamptz) + make_interval(secs => :tolerance_s)
     RETURNING r.tat
 ), refused AS (
     SELECT tat FROM rate_limits
