@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Annotated
 from zoneinfo import ZoneInfo
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Response, status
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response, status
 from psycopg.errors import QueryCanceled
 from sqlalchemy import Connection
 from sqlalchemy import exc as sa_exc
@@ -223,6 +223,7 @@ LOCATION_HEADER = {
 @in_worker_thread_checking_in_body
 def create_reminder(
     payload: Annotated[ReminderCreate, Body(openapi_examples=CREATE_EXAMPLES)],
+    request: Request,
     response: Response,
     user_id: User,
     ctx: Ctx,
@@ -250,6 +251,14 @@ def create_reminder(
         and payload.client_request_id != idempotency_key
     ):
         raise InvalidInput("client_request_id", "differs from the Idempotency-Key header")
+    if len(request.headers.getlist("idempotency-key")) > 1:
+        raise InvalidInput("Idempotency-Key", "must be given once")
+    if idempotency_key is not None and not idempotency_key.isascii():
+        # HTTP field values are read as ISO-8859-1 (RFC 9110 §5.5): UTF-8 bytes would be
+        # another key than the same text in client_request_id (trial, 2026-12-06).
+        raise InvalidInput(
+            "Idempotency-Key", "must be ASCII (send other characters in client_request_id)"
+        )
     if idempotency_key is not None and CONTROL.search(idempotency_key):
         # as client_request_id's rule: a key either way is one key (trial, 2026-12-06)
         raise InvalidInput(

@@ -413,6 +413,28 @@ def test_a_header_key_with_a_control_character_is_422_as_in_the_body(
     assert_problem(body_refusal, 422, "client_request_id")
 
 
+def test_a_header_key_given_twice_or_not_ascii_is_422_and_writes_nothing(
+    client: TestClient, db: Engine, token_for: TokenFor
+) -> None:
+    """Two Idempotency-Key fields would leave one of them silently ignored; a non-ASCII
+    value is read as ISO-8859-1 (RFC 9110 §5.5) and would be another key than the same
+    text sent as client_request_id (trial, 2026-12-06)."""
+    auth = bearer(token_for("alice"))
+    twice = client.post(
+        URL, json=new_york(), headers=[*auth.items(), ("Idempotency-Key", "A1"),
+                                       ("Idempotency-Key", "A2")],
+    )  # fmt: skip
+    assert "given once" in str(assert_problem(twice, 422, "Idempotency-Key"))
+    utf8 = client.post(
+        URL, json=new_york(), headers=[*auth.items(), ("Idempotency-Key", "café".encode())]
+    )
+    assert "ASCII" in str(assert_problem(utf8, 422, "Idempotency-Key"))
+    assert reminder_count(db) == 0
+    # the same text in the body is a key
+    body = client.post(URL, json=new_york(client_request_id="café"), headers=auth)
+    assert body.status_code == 201
+
+
 def test_idempotency_keys_are_per_user(client: TestClient, db: Engine, token_for: TokenFor) -> None:
     body = new_york(client_request_id="k1")
 
