@@ -189,9 +189,9 @@ class DeliveryLog(Base):
     __tablename__ = "delivery_log"
 
     id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True, server_default=UUIDV7)
-    reminder_id: Mapped[uuid.UUID] = mapped_column(
-        UUID, ForeignKey("reminders.id", ondelete="CASCADE")
-    )
+    # Not a foreign key (migration 0016, docs/design.md "Data model"): every writer reads
+    # the reminder in its transaction; a cell move deletes a user's delivery rows itself.
+    reminder_id: Mapped[uuid.UUID] = mapped_column(UUID)
     user_id: Mapped[str] = mapped_column(Text)
     run_time_utc: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
     status: Mapped[str] = mapped_column(Text)
@@ -219,7 +219,14 @@ class DeliveryLog(Base):
             "locked_at",
             postgresql_where=text("status = 'sending'"),
         ),
-        Index("ix_delivery_log_provider_message", "provider", "provider_message_id"),
+        # Looked up by a webhook's event (delivery_get_by_provider_message), which always
+        # names a message id: rows without one are not indexed (migration 0016).
+        Index(
+            "ix_delivery_log_provider_message",
+            "provider",
+            "provider_message_id",
+            postgresql_where=text("provider_message_id IS NOT NULL"),
+        ),
         {"postgresql_partition_by": "RANGE (run_time_utc)"},
     )
 

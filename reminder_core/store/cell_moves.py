@@ -215,8 +215,8 @@ def import_calendar_feeds(conn: Connection, *, rows: str) -> int:
 
 
 def delete_reminders(conn: Connection, *, user_id: str) -> int:
-    """Delete `user_id`'s reminders here, their delivery rows with them (ON DELETE
-    CASCADE); return how many reminders (`cell_move_delete_reminders`)."""
+    """Delete `user_id`'s reminders here and, in the same statement, their delivery rows;
+    return how many reminders (`cell_move_delete_reminders`)."""
     return run(conn, query("cell_move_delete_reminders"), {"user_id": user_id}).rowcount
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.maintenance.maintainer import Maintainer
@@ -467,10 +467,10 @@ def test_migration_0005_keeps_every_delivery_row_and_its_constraints(fresh_datab
             times[3]: f"delivery_log_p{this_week:%Y%m%d}",
             times[4]: f"delivery_log_p{times[4]:%Y%m%d}",  # every week with rows has one
         }
-        # Constraints still hold: the unique occurrence, the foreign key, the checks.
+        # Constraints still hold: the unique occurrence, the checks (the foreign key to
+        # reminders is gone since 0016: test_migration_0016_...).
         for bad in (
             lambda: deliver(engine, rid, times[2], "sent"),
-            lambda: deliver(engine, str(uuid.uuid4()), this_week, "sent"),
             lambda: deliver(engine, rid, this_week + timedelta(hours=5), "done"),
         ):
             with pytest.raises(IntegrityError):
@@ -486,5 +486,105 @@ def test_migration_0005_keeps_every_delivery_row_and_its_constraints(fresh_datab
                 ).scalar_one()
                 == "r"
             )
+    finally:
+        engine.dispose()
+
+
+# --- migration 0016 -------------------------------------------------------------------------
+
+
+def _provider_indexes(conn: Connection) -> dict[str, tuple[str, bool]]:
+    """Table name -> (definition, valid) of the (provider, provider_message_id) index of
+    delivery_log and of each of its partitions."""
+    rows = conn.execute(
+        text(
+            "SELECT t.relname, pg_get_indexdef(i.indexrelid), i.indisvalid"
+            " FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid"
+            " WHERE (t.relname = 'delivery_log' OR t.oid IN (SELECT inhrelid FROM pg_inherits"
+            "        WHERE inhparent = 'delivery_log'::regclass))"
+            "   AND pg_get_indexdef(i.indexrelid) LIKE '%(provider, provider_message_id)%'"
+        )
+    ).all()
+    return {name: (definition, valid) for name, definition, valid in rows}
+
+
+def _foreign_keys(conn: Connection) -> list[str]:
+    return list(
+        conn.execute(
+            text(
+                "SELECT conname FROM pg_constraint WHERE contype = 'f'"
+                " AND conrelid = 'delivery_log'::regclass"
+            )
+        ).scalars()
+    )
+
+
+def test_migration_0016_drops_the_foreign_key_and_indexes_only_rows_with_a_message_id(
+    fresh_database: str,
+) -> None:
+    from alembic import command
+
+    from reminder_core.db.migrate import alembic_config
+
+    upgrade(fresh_database, "0015")
+    engine = create_engine(fresh_database)
+    this_week = week_start(datetime.now(UTC))
+    try:
+        rid = reminder(engine)
+        times = [this_week - 30 * WEEK, this_week + timedelta(hours=1), this_week + 2 * WEEK]
+        for t in times:
+            deliver(engine, rid, t, "sending")
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE delivery_log SET status = 'sent', sent_at = run_time_utc,"
+                    " provider = 'resend', provider_message_id = 'msg-' || extract(epoch"
+                    " FROM run_time_utc)::bigint, locked_at = NULL, lease_token = NULL"
+                    " WHERE run_time_utc = :t"
+                ),
+                {"t": times[1]},
+            )
+            before = conn.execute(text("SELECT * FROM delivery_log ORDER BY id")).all()
+            assert _foreign_keys(conn) == ["fk_delivery_log_reminder_id_reminders"]
+            partitions = set(_provider_indexes(conn)) - {"delivery_log"}
+        assert len(partitions) >= 3  # the old week, this week's, the ones made ahead
+
+        upgrade(fresh_database)
+        with engine.begin() as conn:
+            assert conn.execute(text("SELECT * FROM delivery_log ORDER BY id")).all() == before
+            assert _foreign_keys(conn) == []
+            indexes = _provider_indexes(conn)
+            # The parent's index and one on every partition, each partial and valid (a
+            # partitioned index is valid only once every partition's index is attached).
+            assert set(indexes) == partitions | {"delivery_log"}
+            for name, (definition, valid) in indexes.items():
+                assert definition.endswith("WHERE (provider_message_id IS NOT NULL)"), name
+                assert valid, name
+            found = delivery_log.get_by_provider_message(
+                conn, provider="resend",
+                provider_message_id=f"msg-{int(times[1].timestamp())}",
+            )  # fmt: skip
+            assert found is not None
+            assert found.run_time_utc == times[1]
+            # A partition made after the upgrade gets the partial index from the parent.
+            far = week_start(this_week + 40 * WEEK)
+            conn.execute(text("SELECT reminders_delivery_log_create_partition(:w)"), {"w": far})
+            made = _provider_indexes(conn)
+            assert made[f"delivery_log_p{far:%Y%m%d}"][0].endswith(
+                "WHERE (provider_message_id IS NOT NULL)"
+            )
+        command.check(alembic_config(fresh_database))  # the models say the same
+
+        # No foreign key: a row naming no reminder is accepted ...
+        deliver(engine, str(uuid.uuid4()), this_week + timedelta(hours=2), "sent")
+        # ... and the downgrade deletes it (as the cascade would have), keeps the rest,
+        # and restores the foreign key and the full index.
+        command.downgrade(alembic_config(fresh_database), "0015")
+        with engine.begin() as conn:
+            assert conn.execute(text("SELECT * FROM delivery_log ORDER BY id")).all() == before
+            assert _foreign_keys(conn) == ["fk_delivery_log_reminder_id_reminders"]
+            assert not _provider_indexes(conn)["delivery_log"][0].endswith("NOT NULL)")
+        with pytest.raises(IntegrityError):
+            deliver(engine, str(uuid.uuid4()), this_week + timedelta(hours=3), "sent")
     finally:
         engine.dispose()

@@ -89,7 +89,7 @@ RETURNING id;
 -- name: cell_move_summary
 -- A fingerprint of :user_id's rows: counts, and digests of (id, status, version) of the
 -- reminders and (id, status) of the delivery rows, to compare two cells (delivery rows
--- found through the user's reminders: every delivery row names one, ON DELETE CASCADE).
+-- found through the user's reminders: every delivery row names one of them).
 SELECT (SELECT count(*) FROM reminders WHERE user_id = :user_id) AS reminders,
        (SELECT coalesce(md5(string_agg(id::text || ':' || status || ':' || version, ','
                                        ORDER BY id)), '')
@@ -140,7 +140,12 @@ INSERT INTO calendar_feeds
 SELECT * FROM json_populate_recordset(NULL::calendar_feeds, CAST(:rows AS json));
 
 -- name: cell_move_delete_reminders
--- With their delivery rows (ON DELETE CASCADE).
+-- With their delivery rows, found by the user's reminders as the export found them
+-- (delivery_log.reminder_id is no foreign key: migration 0016).
+WITH deliveries AS (
+    DELETE FROM delivery_log
+    WHERE reminder_id IN (SELECT id FROM reminders WHERE user_id = :user_id)
+)
 DELETE FROM reminders WHERE user_id = :user_id;
 
 -- name: cell_move_delete_webhook_endpoints
