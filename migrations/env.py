@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from alembic import context
 from sqlalchemy import Connection, text
 
@@ -28,13 +30,23 @@ def _partitions(connection: Connection) -> frozenset[str]:
 
 #: Advisory lock key serialising `reminders migrate` runs on one database.
 MIGRATION_LOCK = 727274
+#: Seconds between two tries of MIGRATION_LOCK while another run holds it.
+LOCK_POLL_S = 0.2
 
 
 def _run(connection: Connection) -> None:
     # Two replicas of the migration Job at once: the second waits for the first, then finds
     # nothing to do. A session lock, held across the per-migration transactions (a
     # transaction-level lock taken outside them ends with the statement that takes it).
-    connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+    # Waited for by polling, outside any transaction: a `pg_advisory_lock` call blocked in
+    # its statement holds a snapshot, which a CREATE INDEX CONCURRENTLY of the holder's
+    # migration (0016) waits for, while the blocked call waits for the holder: a deadlock
+    # that PostgreSQL ends by failing the waiter (test_migrate_concurrent.py).
+    while not connection.execute(
+        text("SELECT pg_try_advisory_lock(:key)"), {"key": MIGRATION_LOCK}
+    ).scalar_one():
+        connection.commit()
+        time.sleep(LOCK_POLL_S)
     connection.commit()
     try:
         _migrate(connection)

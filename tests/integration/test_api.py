@@ -35,6 +35,7 @@ from fastapi.testclient import TestClient
 from freezegun import freeze_time
 from sqlalchemy import Engine, text
 
+from reminder_core.db.session import make_engine
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from tests.conftest import table_counts, utc
@@ -47,6 +48,7 @@ from tests.integration.api_support import (
     bearer,
     build_app,
 )
+from tests.support.workloads import fresh_database
 
 
 def instant(value: str) -> datetime:
@@ -373,6 +375,46 @@ def test_idempotency_key_header_works_like_the_body_field(
     assert table_counts(db) == before
     assert reminder_count(db) == 1
     assert row(db, first.json()["id"]).client_request_id == "hdr-1"
+
+
+def test_idempotent_creates_also_work_on_a_partial_unique_key_index(
+    admin_url: str, template_database: str, settings: Settings, token_for: TokenFor
+) -> None:
+    # The create's conflict target names its predicate so that a later migration can
+    # replace the unique constraint by a partial index (WHERE client_request_id IS NOT
+    # NULL) while this code runs: without the predicate, PostgreSQL finds no arbiter
+    # for the partial index and every create fails ("there is no unique or exclusion
+    # constraint matching the ON CONFLICT specification").
+    with fresh_database(admin_url, "reminders_partial_key", template=template_database) as (
+        url,
+        _,
+    ):
+        engine = make_engine(url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(
+                    text(
+                        "ALTER TABLE reminders DROP CONSTRAINT"
+                        " uq_reminders_user_id_client_request_id;"
+                        " CREATE UNIQUE INDEX uq_reminders_user_id_client_request_id"
+                        " ON reminders (user_id, client_request_id)"
+                        " WHERE client_request_id IS NOT NULL"
+                    )
+                )
+            with TestClient(build_app(settings, engine, Clock(NOW))) as client:
+                headers = {**bearer(token_for("alice")), "Idempotency-Key": "k-1"}
+                first = client.post(URL, json=new_york(), headers=headers)
+                again = client.post(URL, json=new_york(), headers=headers)
+                clash = client.post(URL, json=new_york("2030-07-02T09:00"), headers=headers)
+                plain = client.post(URL, json=new_york(), headers=bearer(token_for("alice")))
+            assert first.status_code == 201, first.text
+            assert again.status_code == 200, again.text
+            assert again.json()["id"] == first.json()["id"]
+            assert_problem(clash, 409)
+            assert plain.status_code == 201, plain.text
+            assert reminder_count(engine) == 2
+        finally:
+            engine.dispose()
 
 
 def test_header_and_body_key_may_agree(client: TestClient, token_for: TokenFor) -> None:

@@ -35,6 +35,10 @@ WHERE user_id = :user_id AND status IN ('pending', 'claimed', 'paused');
 -- name: reminder_insert
 -- Create one reminder; nothing back when (user_id, client_request_id) exists already (an
 -- idempotent retry, or a concurrent request with the same key: the insert waits for it).
+-- The conflict target names its predicate, which changes nothing (a NULL key never
+-- conflicts) and lets it infer a partial unique index as well as today's constraint, so
+-- that a later migration can make the index partial with this code running
+-- (docs/performance.md, "Fewer writes per delivery row").
 INSERT INTO reminders
     (user_id, title, body, start_local, all_day, timezone, rrule, exdates, dst_nonexistent,
      dst_ambiguous, misfire_policy, max_lateness_s, next_run_utc, status, client_request_id,
@@ -44,7 +48,7 @@ VALUES
      CAST(:exdates AS timestamp[]), :dst_nonexistent, :dst_ambiguous, :misfire_policy,
      :max_lateness_s, :next_run_utc, 'pending', :client_request_id, :request_fingerprint,
      :snoozed_from, :webhook_endpoint_id, :now, :now)
-ON CONFLICT (user_id, client_request_id) DO NOTHING
+ON CONFLICT (user_id, client_request_id) WHERE client_request_id IS NOT NULL DO NOTHING
 RETURNING *;
 
 -- name: reminder_insert_within_bound
@@ -94,8 +98,9 @@ SELECT take.tat AS rate_tat, take.taken AS rate_taken, bound.bound AS live_bound
 FROM take LEFT JOIN bound ON true LEFT JOIN inserted ON true;
 
 -- part: reminder_insert_from_bound
--- The INSERT of the within_bound statements, as reminder_insert's: one row per row of
--- `bound` (the raised live-reminder bound), none when the key exists already.
+-- The INSERT of the within_bound statements, as reminder_insert's (its conflict target
+-- too): one row per row of `bound` (the raised live-reminder bound), none when the key
+-- exists already.
 INSERT INTO reminders
     (user_id, title, body, start_local, all_day, timezone, rrule, exdates,
      dst_nonexistent, dst_ambiguous, misfire_policy, max_lateness_s, next_run_utc,
@@ -108,7 +113,7 @@ SELECT :user_id, :title, :body, CAST(:start_local AS timestamp), :all_day, :time
        CAST(:webhook_endpoint_id AS uuid), CAST(:now AS timestamptz),
        CAST(:now AS timestamptz)
 FROM bound
-ON CONFLICT (user_id, client_request_id) DO NOTHING
+ON CONFLICT (user_id, client_request_id) WHERE client_request_id IS NOT NULL DO NOTHING
 RETURNING *;
 
 -- name: reminder_list_page
