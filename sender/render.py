@@ -160,7 +160,8 @@ class Renderer:
 
 class _Part:
     """One compiled template and what each of its renders shares: its globals flattened
-    into a dict (Jinja2 chains them afresh on every `render`)."""
+    into a dict (Jinja2 chains them afresh on every `render`, and lists a chain's keys
+    again for every context: ~1 us of each render's ~6)."""
 
     __slots__ = ("globals", "template")
 
@@ -169,11 +170,18 @@ class _Part:
         self.globals: dict[str, Any] = dict(template.globals)
 
     def render(self, context: dict[str, str]) -> str:
-        """`template.render(context)`: the same output, half the per-call setup.
+        """`template.render(context)`: the same output, a third of the per-call setup.
+        The context is made as `Template.new_context(vars, shared=True)` makes it
+        (`environment.context_class(environment, vars, name, blocks, globals=...)`),
+        given the flattened globals, whose keys are the same.
 
         Raises:
             jinja2.TemplateError: the template failed (e.g. an undefined variable).
         """
         template = self.template
-        ctx = template.new_context({**self.globals, **context}, shared=True)
-        return template.environment.concat(template.root_render_func(ctx))
+        environment = template.environment
+        ctx = environment.context_class(
+            environment, {**self.globals, **context}, template.name, template.blocks,
+            globals=self.globals,
+        )  # fmt: skip
+        return environment.concat(template.root_render_func(ctx))

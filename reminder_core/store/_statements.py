@@ -114,13 +114,21 @@ def json_rows(rows: Iterable[Mapping[str, object]]) -> str:
 
 def id_array(ids: Iterable[object]) -> str:
     """A PostgreSQL array literal of UUIDs or integers, for `CAST(:ids AS uuid[])`
-    (values whose text needs no quoting; cheaper to bind than a list, see json_rows)."""
-    text_ids = []
-    for value in ids:
-        if not isinstance(value, uuid.UUID | int) or isinstance(value, bool):
-            raise TypeError(f"id_array takes UUIDs and integers, not {type(value).__name__}")
-        text_ids.append(str(value))
-    return "{" + ",".join(text_ids) + "}"
+    (cheaper to bind than a list, see json_rows): `{"<uuid>",...}` or `{1,...}`, written
+    by orjson (a double-quoted element is an element of an array literal, PostgreSQL
+    "Array Value Input"); `str(UUID)` runs in Python, ~1.4 us an id.
+
+    Raises:
+        TypeError: a value is neither a UUID nor an int (a bool is refused too).
+    """
+    listed = list(ids)
+    for value in listed:
+        kind = type(value)
+        if kind is not uuid.UUID and kind is not int and (
+            not isinstance(value, uuid.UUID | int) or isinstance(value, bool)
+        ):
+            raise TypeError(f"id_array takes UUIDs and integers, not {kind.__name__}")
+    return "{" + orjson.dumps(listed).decode()[1:-1] + "}"
 
 
 def _json_default(value: object) -> str:

@@ -27,7 +27,7 @@ from sqlalchemy.exc import (
 
 from reminder_core.db.session import make_engine
 from reminder_core.store import reminders
-from reminder_core.store._statements import Rows, query, run
+from reminder_core.store._statements import Rows, id_array, query, run
 
 
 def table_columns(db: Engine, table: str) -> list[str]:
@@ -292,3 +292,26 @@ def test_a_refused_autocommit_statement_leaves_the_connection_usable(db: Engine)
         assert not conn.in_transaction()
         assert conn.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
         assert run(conn, text("SELECT count(*) AS n FROM rate_limits")).scalar_one() == 1
+
+
+@pytest.mark.parametrize("kind", ["uuid", "bigint"])
+def test_id_array_is_an_array_literal_postgresql_reads_back(db: Engine, kind: str) -> None:
+    # PostgreSQL "Array Value Input": elements may be double-quoted; the cast parses each.
+    values: list[object] = (
+        [uuid.uuid4() for _ in range(3)] + [uuid.UUID(int=0)]
+        if kind == "uuid"
+        else [0, 1, -5, 2**62]
+    )
+    with db.connect() as conn:
+        back = conn.execute(
+            text(f"SELECT CAST(:ids AS {kind}[])"), {"ids": id_array(values)}
+        ).scalar_one()
+        empty = conn.execute(text(f"SELECT CAST(:ids AS {kind}[])"), {"ids": id_array([])})
+        assert empty.scalar_one() == []
+    assert back == values
+
+
+@pytest.mark.parametrize("bad", [True, "1", 1.0, None])
+def test_id_array_refuses_what_is_no_uuid_or_int(bad: object) -> None:
+    with pytest.raises(TypeError, match="id_array takes UUIDs and integers"):
+        id_array([uuid.uuid4(), bad])
