@@ -16,26 +16,42 @@ written paid for two things it did not need:
   row with a `provider_message_id` is ever looked up by it (a webhook's event,
   `delivery_get_by_provider_message`): the index is now partial on that.
 
-Locks: dropping the foreign key holds delivery_log and reminders for a moment (no scan).
-The new index is built without blocking writes: on the parent only (ON ONLY), then on
-each partition CONCURRENTLY and attached, then the old index is dropped (a moment's
-exclusive lock on delivery_log). Partitions made later get it from the parent.
+Locks, none held for long: every statement that takes a strong lock runs on its own under
+`lock_timeout` (LOCK_TIMEOUT) and is tried again after a lock timeout or a deadlock (up to
+LOCK_ATTEMPTS times), so that a long transaction elsewhere cannot queue every write behind
+it. Dropping the foreign key takes ACCESS EXCLUSIVE on delivery_log and reminders for a
+moment (no scan; writers lock the two in either order, so a deadlock is possible and is
+retried). The new index is built without blocking writes: on the parent only (ON ONLY),
+then on each partition CONCURRENTLY (waiting for older transactions anywhere in the
+database, as every concurrent build does) and attached (ACCESS EXCLUSIVE on that
+partition's new index, a moment), then the old index is dropped (ACCESS EXCLUSIVE on
+delivery_log and its partitions, a moment). Partitions made meanwhile get the index from
+the parent; one dropped meanwhile (retention) is skipped.
+
+Interrupted (killed, a build failed), it is finished by running it again: each step checks
+what an earlier run left (the key already gone, the parent's index made, a partition's
+index built, invalid, or attached) and the old index is dropped only once the new one is
+valid on every partition.
 
 Rolling upgrade: code of the earlier version runs on this schema unchanged, except that
 a cell move run by it would leave the moved user's delivery rows behind in the old cell
 (they name no reminder there and are dropped with their partitions by retention).
 
 Downgrade: deletes delivery rows whose reminder no longer exists (the cascade would have),
-then restores the foreign key and the full index (both built under locks that block
-writes for as long as the build takes).
+then restores the foreign key and the full index, under locks that block writes while
+they build; stop the API and the workloads first (under write load, adding the key can
+end in a deadlock, and the downgrade then fails and is rolled back).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from alembic import op
+from psycopg import errors
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 revision: str = "0016"
 down_revision: str | None = "0015"
@@ -45,37 +61,111 @@ depends_on: str | Sequence[str] | None = None
 INDEX = "ix_delivery_log_provider_message"
 NEW = "ix_delivery_log_provider_message_new"
 FK = "fk_delivery_log_reminder_id_reminders"
+COLUMNS = "(provider, provider_message_id) WHERE provider_message_id IS NOT NULL"
+#: How long a statement waits for a lock before it gives up and is tried again.
+LOCK_TIMEOUT = "2s"
+#: Tries of one such statement (with a pause of up to 2 s between two).
+LOCK_ATTEMPTS = 60
+#: Passes over the partitions (retention may make or drop one during a pass).
+PASSES = 3
 
 
-def _partitions() -> list[str]:
-    """delivery_log's partitions (weekly ones and the default), by name."""
+def _scalar(sql: str, **params: object) -> object:
+    return op.get_bind().execute(text(sql), params).scalar()
+
+
+def _locking(sql: str) -> None:
+    """Run `sql` (autocommit: a transaction of its own) under LOCK_TIMEOUT, again after a
+    lock timeout or a deadlock, up to LOCK_ATTEMPTS times.
+
+    Raises:
+        sqlalchemy.exc.OperationalError: still no lock after the last try, or another error.
+    """
+    bind = op.get_bind()
+    for attempt in range(1, LOCK_ATTEMPTS + 1):
+        bind.execute(text(f"SET lock_timeout = '{LOCK_TIMEOUT}'"))
+        try:
+            bind.execute(text(sql))
+            return
+        except OperationalError as exc:
+            lock_error = isinstance(exc.orig, errors.LockNotAvailable | errors.DeadlockDetected)
+            if not lock_error or attempt == LOCK_ATTEMPTS:
+                raise
+            time.sleep(min(0.1 * attempt, 2.0))
+        finally:
+            bind.execute(text("RESET lock_timeout"))
+
+
+def _index(name: str) -> tuple[bool, bool] | None:
+    """(valid, partial) of index `name`, None when there is none."""
+    row = (
+        op.get_bind()
+        .execute(
+            text(
+                "SELECT i.indisvalid, i.indpred IS NOT NULL FROM pg_index i"
+                " JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = :name"
+            ),
+            {"name": name},
+        )
+        .one_or_none()
+    )
+    return None if row is None else (bool(row[0]), bool(row[1]))
+
+
+def _unindexed_partitions() -> list[str]:
+    """delivery_log's partitions (weekly ones and the default) with no index attached to
+    NEW, by name."""
     found = op.get_bind().execute(
         text(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-            " WHERE i.inhparent = 'delivery_log'::regclass ORDER BY c.relname"
-        )
+            "SELECT c.relname FROM pg_inherits p JOIN pg_class c ON c.oid = p.inhrelid"
+            " WHERE p.inhparent = 'delivery_log'::regclass AND NOT EXISTS ("
+            "   SELECT 1 FROM pg_inherits ip JOIN pg_index i ON i.indexrelid = ip.inhrelid"
+            "   WHERE ip.inhparent = CAST(:new AS regclass) AND i.indrelid = c.oid)"
+            " ORDER BY c.relname"
+        ),
+        {"new": NEW},
     )
     return list(found.scalars())
 
 
+def _index_partition(part: str) -> None:
+    """Build the index on partition `part` concurrently (an invalid one an interrupted
+    build left is dropped first) and attach it to NEW; a partition dropped meanwhile is
+    skipped."""
+    child = f"{part}_provider_message_idx"
+    state = _index(child)
+    try:
+        if state is not None and not state[0]:
+            op.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{child}"')
+        op.execute(f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{child}" ON "{part}" {COLUMNS}')
+        _locking(f'ALTER INDEX {NEW} ATTACH PARTITION "{child}"')
+    except ProgrammingError as exc:
+        if isinstance(exc.orig, errors.UndefinedTable | errors.UndefinedObject) and (
+            _scalar("SELECT to_regclass(:p) IS NULL", p=f'"{part}"')
+        ):
+            return  # dropped by retention meanwhile: nothing to index
+        raise
+
+
 def upgrade() -> None:
-    op.drop_constraint(FK, "delivery_log", type_="foreignkey")
-    op.execute(
-        f"CREATE INDEX {NEW} ON ONLY delivery_log (provider, provider_message_id)"
-        " WHERE provider_message_id IS NOT NULL"
-    )
-    partitions = _partitions()
     with op.get_context().autocommit_block():
-        for part in partitions:
-            child = f"{part}_provider_message_idx"
-            # IF NOT EXISTS: a run interrupted here is finished by running it again.
-            op.execute(
-                f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{child}" ON "{part}"'
-                " (provider, provider_message_id) WHERE provider_message_id IS NOT NULL"
+        _locking(f"ALTER TABLE delivery_log DROP CONSTRAINT IF EXISTS {FK}")
+        done = _index(INDEX)
+        if done is not None and done[1]:
+            return  # an earlier run got as far as the rename: only the version was left
+        _locking(f"CREATE INDEX IF NOT EXISTS {NEW} ON ONLY delivery_log {COLUMNS}")
+        for _ in range(PASSES):
+            for part in _unindexed_partitions():
+                _index_partition(part)
+            if _index(NEW) == (True, True):
+                break
+        else:
+            raise RuntimeError(
+                f"index {NEW} is not valid after {PASSES} passes; partitions without it:"
+                f" {_unindexed_partitions()}; run `reminders migrate` again"
             )
-            op.execute(f'ALTER INDEX {NEW} ATTACH PARTITION "{child}"')
-    op.execute(f"DROP INDEX {INDEX}")
-    op.execute(f"ALTER INDEX {NEW} RENAME TO {INDEX}")
+        _locking(f"DROP INDEX IF EXISTS {INDEX}")
+        _locking(f"ALTER INDEX {NEW} RENAME TO {INDEX}")
 
 
 def downgrade() -> None:

@@ -124,8 +124,10 @@ def id_array(ids: Iterable[object]) -> str:
     listed = list(ids)
     for value in listed:
         kind = type(value)
-        if kind is not uuid.UUID and kind is not int and (
-            not isinstance(value, uuid.UUID | int) or isinstance(value, bool)
+        if (
+            kind is not uuid.UUID
+            and kind is not int
+            and (not isinstance(value, uuid.UUID | int) or isinstance(value, bool))
         ):
             raise TypeError(f"id_array takes UUIDs and integers, not {kind.__name__}")
     return "{" + orjson.dumps(listed).decode()[1:-1] + "}"

@@ -588,3 +588,109 @@ def test_migration_0016_drops_the_foreign_key_and_indexes_only_rows_with_a_messa
             deliver(engine, str(uuid.uuid4()), this_week + timedelta(hours=3), "sent")
     finally:
         engine.dispose()
+
+
+def test_migration_0016_interrupted_is_finished_by_running_it_again(fresh_database: str) -> None:
+    # What a run killed during its concurrent builds leaves (trial finding: the re-run
+    # failed on the foreign key already gone, and an invalid index could be attached):
+    # the key dropped, the parent's index made, one partition's index attached, another's
+    # invalid (a concurrent build that failed), the rest not started.
+    from alembic import command
+
+    from reminder_core.db.migrate import alembic_config
+
+    upgrade(fresh_database, "0015")
+    engine = create_engine(fresh_database, isolation_level="AUTOCOMMIT")
+    this_week = week_start(datetime.now(UTC))
+    try:
+        rid = reminder(engine)
+        for t in (this_week + timedelta(hours=1), this_week + timedelta(hours=2)):
+            deliver(engine, rid, t, "sent")  # two rows of one user in this week's partition
+        with engine.connect() as conn:
+            parts = sorted(set(_provider_indexes(conn)) - {"delivery_log"})
+            this = f"delivery_log_p{this_week:%Y%m%d}"
+            done = next(p for p in parts if p != this)
+            for sql in (
+                "ALTER TABLE delivery_log DROP CONSTRAINT fk_delivery_log_reminder_id_reminders",
+                "CREATE INDEX ix_delivery_log_provider_message_new ON ONLY delivery_log"
+                " (provider, provider_message_id) WHERE provider_message_id IS NOT NULL",
+                f'CREATE INDEX "{done}_provider_message_idx" ON "{done}"'
+                " (provider, provider_message_id) WHERE provider_message_id IS NOT NULL",
+                f"ALTER INDEX ix_delivery_log_provider_message_new ATTACH PARTITION"
+                f' "{done}_provider_message_idx"',
+            ):
+                conn.execute(text(sql))
+            with pytest.raises(IntegrityError):  # duplicate user_id: the build fails ...
+                conn.execute(
+                    text(f'CREATE UNIQUE INDEX CONCURRENTLY "{this}_provider_message_idx"'
+                         f' ON "{this}" (user_id)')
+                )  # fmt: skip
+            invalid = conn.execute(
+                text("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = CAST(:i AS regclass)"),
+                {"i": f"{this}_provider_message_idx"},
+            ).scalar_one()
+            assert invalid  # ... and leaves its index behind, invalid
+
+        upgrade(fresh_database)
+        upgrade(fresh_database)  # and once more: nothing left to do
+        with engine.connect() as conn:
+            assert _foreign_keys(conn) == []
+            indexes = _provider_indexes(conn)
+            assert set(indexes) == set(parts) | {"delivery_log"}
+            for name, (definition, valid) in indexes.items():
+                assert definition.endswith("WHERE (provider_message_id IS NOT NULL)"), name
+                assert valid, name
+            names = set(
+                conn.execute(
+                    text("SELECT relname FROM pg_class WHERE relname LIKE :p"),
+                    {"p": "ix_delivery_log_provider_message%"},
+                ).scalars()
+            )
+            assert names == {"ix_delivery_log_provider_message"}
+        command.check(alembic_config(fresh_database))
+    finally:
+        engine.dispose()
+
+
+def test_migration_0016_does_not_queue_writes_behind_a_long_transaction(
+    fresh_database: str,
+) -> None:
+    # Trial finding: a transaction holding a lock on delivery_log made the key's drop wait
+    # for it, and every write queued behind that wait (8.5 s). Under lock_timeout the
+    # drop gives up every LOCK_TIMEOUT and tries again, so a write waits at most about
+    # that long; the migration finishes once the long transaction ends.
+    upgrade(fresh_database, "0015")
+    engine = create_engine(fresh_database)
+    try:
+        rid = reminder(engine)
+        hold_s = 6.0
+        holding = threading.Event()
+
+        def long_reader() -> None:
+            with engine.begin() as conn:
+                conn.execute(text("SELECT count(*) FROM delivery_log"))
+                holding.set()
+                time.sleep(hold_s)
+
+        reader = threading.Thread(target=long_reader)
+        reader.start()
+        holding.wait(5)
+        migrating = threading.Thread(target=upgrade, args=(fresh_database,))
+        started = time.monotonic()
+        migrating.start()
+        time.sleep(1.0)  # the drop is waiting for the reader now
+        waits = []
+        for n in range(3):
+            before = time.monotonic()
+            deliver(engine, rid, datetime.now(UTC) + timedelta(minutes=n), "sent")
+            waits.append(time.monotonic() - before)
+        reader.join()
+        migrating.join(60)
+        assert not migrating.is_alive()
+        assert time.monotonic() - started >= hold_s - 1.5  # it did wait for the reader
+        assert max(waits) < 3.5, waits  # lock_timeout 2 s, plus the retry's pause
+        with engine.connect() as conn:
+            assert _foreign_keys(conn) == []
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0016"
+    finally:
+        engine.dispose()
