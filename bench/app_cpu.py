@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings = Settings()
         rt = open_runtime(settings, application_name="reminders-api")
         app = create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))
+        from reminder_core.gc_policy import apply_gc_policy
+
+        apply_gc_policy(settings.gc_gen0_threshold)  # as `reminders api` sets up
         body = json.dumps(BODY).encode()
         auth = [b"Bearer " + mint_token(settings, f"u{i}").encode() for i in range(USERS)]
 

@@ -48,6 +48,7 @@ from sqlalchemy.engine import make_url
 from bench.support import cpu_seconds, cpu_used, postgres_pids, scratch_database
 from coordinator.service import Coordinator
 from reminder_core.db.session import make_engine
+from reminder_core.gc_policy import apply_gc_policy
 from reminder_core.logging import configure_logging
 from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
@@ -92,12 +93,19 @@ def seed(engine: Engine, n: int) -> None:
         conn.execute(text("ANALYZE reminders"))
 
 
+def gc_gen0_threshold() -> int:
+    """GC_GEN0_THRESHOLD as the workloads read it (the shipped default unless set: the
+    bench can be run with 0 to compare with Python's own collector)."""
+    return Settings(jwt_secret="x" * 40).gc_gen0_threshold
+
+
 def coordinator_process(url: str, n: int, ready: Barrier) -> None:
     engine = make_engine(url, pool_size=2)
     queue = PostgresQueue(engine, name="bench", max_receive_count=5)
     coordinator = Coordinator(
         engine, queue, lookahead_s=0, batch_size=CLAIM_BATCH, worker_id="bench"
     )
+    apply_gc_policy(gc_gen0_threshold())  # as a deployed workload sets up (run_services)
     ready.wait()
     claimed = 0
     while claimed < n:
@@ -146,6 +154,7 @@ def sender_process(
         flush_interval_s=flush_interval_s,
         flush_max=batch if flush_interval_s >= BATCH_END else DEFAULTS.sender_flush_max,
     )  # fmt: skip
+    apply_gc_policy(gc_gen0_threshold())  # as a deployed workload sets up (run_services)
     profile = os.environ.get("BENCH_PROFILE")  # a directory: CPU profile of each sender
     if profile:
         import yappi  # not a dependency: install it to profile

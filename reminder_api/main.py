@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from reminder_api.app import create_app
 from reminder_core.cell_directory import CellRouting, open_cell_routing
 from reminder_core.errors import configuration_errors
+from reminder_core.gc_policy import apply_gc_policy
 from reminder_core.logging import configure_logging
 from reminder_core.runtime import Runtime, open_runtime
 from reminder_core.settings import Settings
@@ -66,6 +67,7 @@ def main(
             statement_timeout_s=settings.api_statement_timeout_s,
         )
         app = create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))
+    apply_gc_policy(settings.gc_gen0_threshold)  # set up: the rest is per request
     try:
         if stop.is_set():
             return 0
@@ -143,4 +145,6 @@ def worker_app() -> FastAPI:
         statement_timeout_s=settings.api_statement_timeout_s,
     )
     atexit.register(rt.close)
-    return create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))
+    app = create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))
+    apply_gc_policy(settings.gc_gen0_threshold)  # set up: the rest is per request
+    return app

@@ -21,6 +21,7 @@ from reminder_core.errors import (
     QueueNotFound,
     configuration_errors,
 )
+from reminder_core.gc_policy import apply_gc_policy
 from reminder_core.logging import configure_logging
 from reminder_core.metrics_server import serve_worker_metrics
 from reminder_core.profile_service import HttpProfileSource, profile_source_from_settings
@@ -163,6 +164,7 @@ def run_services(
     """
     stop = stop or threading.Event()
     install_stop_handlers(stop)
+    apply_gc_policy(settings.gc_gen0_threshold)  # set up: the rest is per tick
     heartbeats: dict[str, Heartbeat] = {}
     threads: list[threading.Thread] = []
     try:

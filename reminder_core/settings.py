@@ -643,6 +643,15 @@ class Settings(BaseSettings):
 
     # --- process ---
     shutdown_grace_s: float = Field(default=20.0, gt=0)
+    gc_gen0_threshold: int = Field(
+        default=50_000,
+        ge=0,
+        le=10_000_000,
+        description="Net allocations between two generation-0 collections of Python's"
+        " cyclic garbage collector in the API and the workloads (Python's default: 700),"
+        " after objects alive at start-up are frozen; 0 leaves the collector as Python"
+        " sets it (reminder_core/gc_policy.py).",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
         default="INFO",
         description="DEBUG | INFO | WARNING | ERROR | CRITICAL, in any case (the root"

@@ -19,6 +19,7 @@ import sender.main as sender_main
 from reminder_api.app import create_app
 from reminder_core.db.session import make_engine
 from reminder_core.errors import configuration_errors
+from reminder_core.gc_policy import apply_gc_policy
 from reminder_core.logging import configure_logging
 from reminder_core.metrics_server import serve_worker_metrics
 from reminder_core.profiles import ensure_profile
@@ -140,6 +141,7 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
             statement_timeout_s=settings.api_statement_timeout_s,
         )
         app = create_app(settings, api_engine, rt.profiles)
+    apply_gc_policy(settings.gc_gen0_threshold)  # set up: the rest is per request or tick
     heartbeats: dict[str, Heartbeat] = {}
     threads = start_loops(loops, stop, heartbeats)
     registry = start_registry(rt.engine, heartbeats, settings)
