@@ -16,17 +16,19 @@ written paid for two things it did not need:
   row with a `provider_message_id` is ever looked up by it (a webhook's event,
   `delivery_get_by_provider_message`): the index is now partial on that.
 
-Locks, none held for long: every statement that takes a strong lock runs on its own under
-`lock_timeout` (LOCK_TIMEOUT) and is tried again after a lock timeout or a deadlock (up to
-LOCK_ATTEMPTS times), so that a long transaction elsewhere cannot queue every write behind
-it. Dropping the foreign key takes ACCESS EXCLUSIVE on delivery_log and reminders for a
-moment (no scan; writers lock the two in either order, so a deadlock is possible and is
-retried). The new index is built without blocking writes: on the parent only (ON ONLY),
+Locks, none held for long: every statement that takes a strong lock runs in a transaction
+of its own under `lock_timeout` (LOCK_TIMEOUT) and is tried again after a lock timeout or
+a deadlock (up to LOCK_ATTEMPTS times, after a growing pause), so that a long transaction
+elsewhere cannot queue every write behind it for its whole length. Dropping the foreign
+key takes ACCESS EXCLUSIVE on delivery_log, then on reminders with NOWAIT (writers lock the
+two in either order: the drop never waits while it holds one, so no writer meets a
+deadlock). The new index is built without blocking writes: on the parent only (ON ONLY),
 then on each partition CONCURRENTLY (waiting for older transactions anywhere in the
-database, as every concurrent build does) and attached (ACCESS EXCLUSIVE on that
-partition's new index, a moment), then the old index is dropped (ACCESS EXCLUSIVE on
-delivery_log and its partitions, a moment). Partitions made meanwhile get the index from
-the parent; one dropped meanwhile (retention) is skipped.
+database, as every concurrent build does; one that loses a deadlock to retention is built
+again on the next pass) and attached (ACCESS EXCLUSIVE on that partition's new index, a
+moment), then the old index is dropped (ACCESS EXCLUSIVE on delivery_log and its
+partitions, a moment). Partitions made meanwhile get the index from the parent; one
+dropped meanwhile (retention) is skipped.
 
 Interrupted (killed, a build failed), it is finished by running it again: each step checks
 what an earlier run left (the key already gone, the parent's index made, a partition's
@@ -64,36 +66,44 @@ FK = "fk_delivery_log_reminder_id_reminders"
 COLUMNS = "(provider, provider_message_id) WHERE provider_message_id IS NOT NULL"
 #: How long a statement waits for a lock before it gives up and is tried again.
 LOCK_TIMEOUT = "2s"
-#: Tries of one such statement (with a pause of up to 2 s between two).
+#: Tries of one such transaction (the pauses between them add up to about 9 minutes).
 LOCK_ATTEMPTS = 60
 #: Passes over the partitions (retention may make or drop one during a pass).
-PASSES = 3
+PASSES = 5
 
 
 def _scalar(sql: str, **params: object) -> object:
     return op.get_bind().execute(text(sql), params).scalar()
 
 
-def _locking(sql: str) -> None:
-    """Run `sql` (autocommit: a transaction of its own) under LOCK_TIMEOUT, again after a
-    lock timeout or a deadlock, up to LOCK_ATTEMPTS times.
+def _locking(*statements: str) -> None:
+    """Run `statements` in one transaction of their own under LOCK_TIMEOUT (a statement may
+    set a shorter one with SET LOCAL), the whole again after a lock timeout or a deadlock,
+    up to LOCK_ATTEMPTS times, after a pause that doubles from 0.25 s to 10 s: behind a
+    long transaction, writes queued behind a try wait at most about LOCK_TIMEOUT and then
+    flow until the next try.
 
     Raises:
         sqlalchemy.exc.OperationalError: still no lock after the last try, or another error.
     """
     bind = op.get_bind()
     for attempt in range(1, LOCK_ATTEMPTS + 1):
-        bind.execute(text(f"SET lock_timeout = '{LOCK_TIMEOUT}'"))
+        bind.execute(text("BEGIN"))
         try:
-            bind.execute(text(sql))
+            bind.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+            for sql in statements:
+                bind.execute(text(sql))
+            bind.execute(text("COMMIT"))
             return
         except OperationalError as exc:
+            bind.execute(text("ROLLBACK"))
             lock_error = isinstance(exc.orig, errors.LockNotAvailable | errors.DeadlockDetected)
             if not lock_error or attempt == LOCK_ATTEMPTS:
                 raise
-            time.sleep(min(0.1 * attempt, 2.0))
-        finally:
-            bind.execute(text("RESET lock_timeout"))
+            time.sleep(min(0.25 * 2 ** (attempt - 1), 10.0))
+        except BaseException:
+            bind.execute(text("ROLLBACK"))
+            raise
 
 
 def _index(name: str) -> tuple[bool, bool] | None:
@@ -130,8 +140,9 @@ def _unindexed_partitions() -> list[str]:
 
 def _index_partition(part: str) -> None:
     """Build the index on partition `part` concurrently (an invalid one an interrupted
-    build left is dropped first) and attach it to NEW; a partition dropped meanwhile is
-    skipped."""
+    build left is dropped first) and attach it to NEW. A partition dropped meanwhile is
+    skipped; a build that lost a deadlock (retention making or dropping a partition at
+    the same moment) is left for the next pass, which drops what it left and builds again."""
     child = f"{part}_provider_message_idx"
     state = _index(child)
     try:
@@ -145,20 +156,33 @@ def _index_partition(part: str) -> None:
         ):
             return  # dropped by retention meanwhile: nothing to index
         raise
+    except OperationalError as exc:
+        if not isinstance(exc.orig, errors.DeadlockDetected | errors.LockNotAvailable):
+            raise
 
 
 def upgrade() -> None:
     with op.get_context().autocommit_block():
-        _locking(f"ALTER TABLE delivery_log DROP CONSTRAINT IF EXISTS {FK}")
+        if _scalar("SELECT count(*) FROM pg_constraint WHERE conname = :fk", fk=FK):
+            # Writers lock reminders and delivery_log in either order, so whoever holds
+            # one and waits for the other can meet a deadlock: hold delivery_log, then
+            # take reminders without waiting (NOWAIT; given up and tried again when a
+            # writer holds it), so that the drop never waits while it holds a lock.
+            _locking(
+                "LOCK TABLE delivery_log IN ACCESS EXCLUSIVE MODE",
+                "LOCK TABLE reminders IN ACCESS EXCLUSIVE MODE NOWAIT",
+                f"ALTER TABLE delivery_log DROP CONSTRAINT IF EXISTS {FK}",
+            )
         done = _index(INDEX)
         if done is not None and done[1]:
             return  # an earlier run got as far as the rename: only the version was left
         _locking(f"CREATE INDEX IF NOT EXISTS {NEW} ON ONLY delivery_log {COLUMNS}")
-        for _ in range(PASSES):
+        for n in range(PASSES):
             for part in _unindexed_partitions():
                 _index_partition(part)
             if _index(NEW) == (True, True):
                 break
+            time.sleep(0.5 * (n + 1))
         else:
             raise RuntimeError(
                 f"index {NEW} is not valid after {PASSES} passes; partitions without it:"

@@ -694,3 +694,58 @@ def test_migration_0016_does_not_queue_writes_behind_a_long_transaction(
             assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0016"
     finally:
         engine.dispose()
+
+
+def test_migration_0016_never_deadlocks_a_writer_that_holds_reminders(
+    fresh_database: str,
+) -> None:
+    # Trial finding: the key's drop held delivery_log and waited for reminders, so a
+    # writer that had read reminders (as the sender's begin does) and then wrote a
+    # delivery row met a deadlock, which PostgreSQL ended by aborting the writer when the
+    # writer had waited longer: here it waits behind the drop's queued lock, which waits
+    # for a reader of delivery_log. Now the drop takes reminders without waiting.
+    upgrade(fresh_database, "0015")
+    engine = create_engine(fresh_database)
+    try:
+        rid = reminder(engine)
+        outcome: list[object] = []
+        reading = threading.Event()
+        holding = threading.Event()
+
+        def reader() -> None:
+            with engine.begin() as conn:
+                conn.execute(text("SELECT count(*) FROM delivery_log"))
+                reading.set()
+                time.sleep(1.5)  # the drop gets delivery_log once this ends
+
+        def writer() -> None:
+            try:
+                with engine.begin() as conn:
+                    conn.execute(text("SELECT count(*) FROM reminders"))
+                    holding.set()
+                    time.sleep(1.0)  # the drop is queued for delivery_log by now
+                    conn.execute(
+                        text(
+                            "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc,"
+                            " status, sent_at) VALUES (:r, 'alice', now(), 'sent', now())"
+                        ),
+                        {"r": rid},
+                    )
+                outcome.append("committed")
+            except Exception as exc:  # the deadlock, if any, is the finding
+                outcome.append(exc)
+
+        threads = [threading.Thread(target=reader), threading.Thread(target=writer)]
+        threads[0].start()
+        reading.wait(5)
+        threads[1].start()
+        holding.wait(5)
+        upgrade(fresh_database)
+        for thread in threads:
+            thread.join(30)
+        assert outcome == ["committed"]
+        with engine.connect() as conn:
+            assert _foreign_keys(conn) == []
+            assert conn.execute(text("SELECT count(*) FROM delivery_log")).scalar_one() == 1
+    finally:
+        engine.dispose()
