@@ -652,6 +652,23 @@ def test_migration_0016_interrupted_is_finished_by_running_it_again(fresh_databa
         engine.dispose()
 
 
+def _reading_delivery_log(engine: Engine, hold_s: float) -> threading.Thread:
+    """A started thread whose transaction has read delivery_log (so holds its ACCESS
+    SHARE lock) and stays open for `hold_s` seconds; returned once the read is done."""
+    read = threading.Event()
+
+    def reader() -> None:
+        with engine.begin() as conn:
+            conn.execute(text("SELECT count(*) FROM delivery_log"))
+            read.set()
+            time.sleep(hold_s)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert read.wait(5)
+    return thread
+
+
 def test_migration_0016_does_not_queue_writes_behind_a_long_transaction(
     fresh_database: str,
 ) -> None:
@@ -664,17 +681,7 @@ def test_migration_0016_does_not_queue_writes_behind_a_long_transaction(
     try:
         rid = reminder(engine)
         hold_s = 6.0
-        holding = threading.Event()
-
-        def long_reader() -> None:
-            with engine.begin() as conn:
-                conn.execute(text("SELECT count(*) FROM delivery_log"))
-                holding.set()
-                time.sleep(hold_s)
-
-        reader = threading.Thread(target=long_reader)
-        reader.start()
-        holding.wait(5)
+        reader = _reading_delivery_log(engine, hold_s)
         migrating = threading.Thread(target=upgrade, args=(fresh_database,))
         started = time.monotonic()
         migrating.start()
@@ -709,14 +716,7 @@ def test_migration_0016_never_deadlocks_a_writer_that_holds_reminders(
     try:
         rid = reminder(engine)
         outcome: list[object] = []
-        reading = threading.Event()
         holding = threading.Event()
-
-        def reader() -> None:
-            with engine.begin() as conn:
-                conn.execute(text("SELECT count(*) FROM delivery_log"))
-                reading.set()
-                time.sleep(1.5)  # the drop gets delivery_log once this ends
 
         def writer() -> None:
             try:
@@ -735,9 +735,8 @@ def test_migration_0016_never_deadlocks_a_writer_that_holds_reminders(
             except Exception as exc:  # the deadlock, if any, is the finding
                 outcome.append(exc)
 
-        threads = [threading.Thread(target=reader), threading.Thread(target=writer)]
-        threads[0].start()
-        reading.wait(5)
+        # The drop gets delivery_log once this reader ends.
+        threads = [_reading_delivery_log(engine, 1.5), threading.Thread(target=writer)]
         threads[1].start()
         holding.wait(5)
         upgrade(fresh_database)
