@@ -70,9 +70,11 @@ BATCH_END = 60.0
 
 
 class AcceptAll:
-    """In-process provider: accepts every email."""
+    """In-process provider: accepts every email; stands for a provider that delivers a
+    key once (a repeat is answered with the first receipt, as Resend does)."""
 
     name = "memory"
+    deduplicates_keys = True
 
     def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
         del email
@@ -97,6 +99,12 @@ def gc_gen0_threshold() -> int:
     """GC_GEN0_THRESHOLD as the workloads read it (the shipped default unless set: the
     bench can be run with 0 to compare with Python's own collector)."""
     return Settings(jwt_secret="x" * 40).gc_gen0_threshold
+
+
+def leaseless_first_send() -> bool:
+    """SENDER_LEASELESS_FIRST_SEND as the workloads read it (the shipped default unless
+    set: the bench can be run with false to compare with every send under a lease)."""
+    return Settings(jwt_secret="x" * 40).sender_leaseless_first_send
 
 
 def coordinator_process(url: str, n: int, ready: Barrier) -> None:
@@ -153,6 +161,7 @@ def sender_process(
         batch_size=batch, concurrency=concurrency, owns_provider=True,
         flush_interval_s=flush_interval_s,
         flush_max=batch if flush_interval_s >= BATCH_END else DEFAULTS.sender_flush_max,
+        leaseless_first_send=leaseless_first_send(),
     )  # fmt: skip
     apply_gc_policy(gc_gen0_threshold())  # as a deployed workload sets up (run_services)
     profile = os.environ.get("BENCH_PROFILE")  # a directory: CPU profile of each sender
@@ -293,7 +302,10 @@ class Run:
                 f" {wait * 1e3:.1f} ms mean")  # fmt: skip
 
 
-RAW_STEPS = [
+#: The row mutations of an occurrence sent under a lease (SENDER_LEASELESS_FIRST_SEND
+#: off, or a provider that does not deduplicate): the delivery row inserted `sending`
+#: before the call and updated `sent` after it.
+LEASED_RAW_STEPS = [
     # claim + queue message (the coordinator's statement on the PostgreSQL queue)
     """WITH due AS (SELECT id FROM reminders WHERE status = 'pending' AND next_run_utc <= now()
                     ORDER BY next_run_utc LIMIT %(b)s FOR UPDATE SKIP LOCKED),
@@ -319,6 +331,20 @@ RAW_STEPS = [
               claimed_at = NULL WHERE status = 'claimed'""",
     """DELETE FROM queue_messages WHERE queue_name = 'raw' AND receipt_handle IS NOT NULL""",
 ]
+
+#: The delivery row written once, as it ends (a first send without a lease).
+DELIVERY_ONCE = """INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status, sent_at,
+              attempt_count)
+       SELECT (body->>'reminder_id')::uuid, body->>'user_id',
+              (body->>'run_time_utc')::timestamptz, 'sent', now(), 1
+       FROM queue_messages WHERE queue_name = 'raw' AND receipt_handle IS NOT NULL
+       ON CONFLICT DO NOTHING"""
+
+#: The row mutations of an occurrence as shipped (the PostgreSQL queue, a provider that
+#: delivers each key once: docs/design.md, "First sends without a lease"): claim + queue
+#: message, receive, delivery row inserted `sent`, reminder completed (the last two in
+#: one statement in the sender), queue message deleted.
+RAW_STEPS = [LEASED_RAW_STEPS[0], LEASED_RAW_STEPS[1], DELIVERY_ONCE, *LEASED_RAW_STEPS[4:]]
 
 
 def wal_lsn(engine: Engine) -> int:

@@ -2,21 +2,21 @@
 
 `bench/end_to_end.py`'s raw-SQL reference does an occurrence's row mutations on this
 project's schema, set-based, with no Python in between: claim + queue message, receive,
-delivery row `sending`, delivery row `sent`, reminder completed, queue message deleted.
-This benchmark runs that reference step by step on a scratch database (migrated like
-production) and prints each step's share of the time and of the WAL, then runs variants
-with fewer mutations, each beside `../shared/bench/pg_limit.py` in the same run:
+delivery row inserted `sent` (a first send without a lease), reminder completed, queue
+message deleted. This benchmark runs that reference step by step on a scratch database
+(migrated like production) and prints each step's share of the time and of the WAL, then
+runs variants, each beside `../shared/bench/pg_limit.py` in the same run:
 
-- `as shipped`: the six steps above.
-- `delivery row once`: the delivery row inserted once, as `sent` (no `sending` row
-  updated afterwards).
-- `reminder once`: the claim completes the reminder in the same update (one update of
-  `reminders` per occurrence instead of two).
-- `both`: the two together.
+- `as shipped`: the five steps above.
+- `under a lease`: every send under a lease, as before first sends without a lease
+  (and still for SES, SMTP, SQS and retries): the delivery row inserted `sending`, then
+  updated `sent`.
+- `reminder once too`: the claim also completes the reminder in the same update (one
+  update of `reminders` per occurrence instead of two).
 
-The variants are measurements of what a schema or state-machine change would buy, not
-shipped designs: `sending` is the lease that makes a crash's repeat detectable, and
-`claimed` is what the claim rescuer and a move's drain read (docs/performance.md).
+The last variant is a measurement of what a further state-machine change would buy, not
+a shipped design: `claimed` is what the claim rescuer, quiet-hours holds and a move's
+drain read (docs/performance.md).
 
 Usage: python -m bench.mutations [--n 30000] [--repeat 2]
 """
@@ -31,28 +31,27 @@ from pathlib import Path
 import psycopg
 from sqlalchemy import Engine
 
-from bench.end_to_end import RAW_BATCH, RAW_STEPS, pg_limit_rate, seed, wal_lsn
+from bench.end_to_end import (
+    DELIVERY_ONCE,
+    LEASED_RAW_STEPS,
+    RAW_BATCH,
+    RAW_STEPS,
+    pg_limit_rate,
+    seed,
+    wal_lsn,
+)
 from bench.support import libpq_url, scratch_database, spread
 from reminder_core.db.session import make_engine
 
 STEP_NAMES = (
     "claim + queue message",
     "receive",
-    "delivery row 'sending'",
     "delivery row 'sent'",
     "reminder completed",
     "queue message deleted",
 )
 
-#: The delivery row written once, as it ends (replaces steps 3 and 4).
-DELIVERY_ONCE = """INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status, sent_at,
-              attempt_count)
-       SELECT (body->>'reminder_id')::uuid, body->>'user_id',
-              (body->>'run_time_utc')::timestamptz, 'sent', now(), 1
-       FROM queue_messages WHERE queue_name = 'raw' AND receipt_handle IS NOT NULL
-       ON CONFLICT DO NOTHING"""
-
-#: The claim that completes the reminder at once (replaces steps 1 and 5).
+#: The claim that completes the reminder at once (replaces the claim and the completion).
 CLAIM_COMPLETES = """WITH due AS (SELECT id FROM reminders WHERE status = 'pending'
                     AND next_run_utc <= now()
                     ORDER BY next_run_utc LIMIT %(b)s FOR UPDATE SKIP LOCKED),
@@ -65,9 +64,8 @@ CLAIM_COMPLETES = """WITH due AS (SELECT id FROM reminders WHERE status = 'pendi
 
 VARIANTS: dict[str, list[str]] = {
     "as shipped": list(RAW_STEPS),
-    "delivery row once": [RAW_STEPS[0], RAW_STEPS[1], DELIVERY_ONCE, *RAW_STEPS[4:]],
-    "reminder once": [CLAIM_COMPLETES, *RAW_STEPS[1:4], RAW_STEPS[5]],
-    "both": [CLAIM_COMPLETES, RAW_STEPS[1], DELIVERY_ONCE, RAW_STEPS[5]],
+    "under a lease": list(LEASED_RAW_STEPS),
+    "reminder once too": [CLAIM_COMPLETES, RAW_STEPS[1], DELIVERY_ONCE, RAW_STEPS[4]],
 }
 
 

@@ -180,6 +180,14 @@ class Settings(BaseSettings):
     sender_flush_max: int = Field(
         default=100, ge=1, le=1000, description="Outcomes that make the completer write at once."
     )
+    sender_leaseless_first_send: bool = Field(
+        default=True,
+        description="PostgreSQL queue and a provider that delivers each idempotency key"
+        " once (Resend, the file sink): the first receive of a one-time email occurrence"
+        " is sent under its message's receipt handle alone, and its delivery row written"
+        " once with the outcome (no `sending` row first). False: every send is leased"
+        ' (docs/design.md, "First sends without a lease").',
+    )
     delivery_lease_s: float = Field(
         default=45.0,
         gt=0,

@@ -3,6 +3,7 @@ transaction per batch, before any provider call)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,6 +113,10 @@ class Begin:
         lease_s: a `sending` row whose lease is older than this is taken over.
         schedule_config: recurrence limits and the all-day fire time.
         retry: for the backoff of a message whose profile could not be read.
+        leaseless: the queue's first receive of an occurrence is exclusive and the
+            provider delivers each key once: a first send that needs no lease
+            (`_leaseless`) gets none, and its delivery row is written once, with its
+            outcome (docs/design.md, "First sends without a lease").
     """
 
     def __init__(
@@ -122,12 +127,14 @@ class Begin:
         lease_s: float,
         schedule_config: ScheduleConfig,
         retry: RetryPolicy,
+        leaseless: bool = False,
     ) -> None:
         self._engine = engine
         self._profiles = profiles
         self.lease_s = lease_s
         self.schedule_config = schedule_config
         self.retry = retry
+        self.leaseless = leaseless
 
     def run(self, received: Sequence[Received], now: datetime) -> tuple[list[Begun], list[Decided]]:
         """Begin `received` at `now` (aware UTC).
@@ -380,34 +387,50 @@ class Begin:
     def _take(self, batch: _Batch) -> None:
         """Insert (or take over) the delivery rows of `batch.to_take` as `sending` under
         fresh lease tokens, in key order (two senders lock the same rows in the same
-        order); decide BUSY / DUPLICATE for those that could not be taken."""
+        order); decide BUSY / DUPLICATE for those that could not be taken. A first send
+        that needs no lease (`_leaseless`) gets none: no row is written for it here."""
         conn, now = batch.conn, batch.now
         # Keys by UUID.int (the UUIDs' own order; int hashes and compares in C, a UUID's
         # __hash__ and __lt__ run in Python).
         batch.to_take.sort(key=lambda t: (t.received.occurrence.reminder_id.int, t.chosen))
         tokens: list[tuple[uuid.UUID, _ToTake]] = []
+        order: list[tuple[uuid.UUID | None, _ToTake]] = []  # None: leaseless
         seen: set[tuple[int, datetime]] = set()
         for t in batch.to_take:
             key = (t.received.occurrence.reminder_id.int, t.chosen)
             if key in seen:  # two messages chose one occurrence: the first carries it
                 batch.decided.append(Decided.of(t.received, Outcome.DUPLICATE))
+            elif self._leaseless(t):
+                seen.add(key)
+                order.append((None, t))
             else:
                 seen.add(key)
-                tokens.append((uuid.uuid4(), t))
-        rows = delivery_log.begin_many(
-            conn,
-            [
-                DeliveryToBegin(reminder_id=t.received.occurrence.reminder_id,
-                                user_id=t.reminder.user_id, run_time_utc=t.chosen,
-                                lease_token=token, held_until=held_for(t.reminder, t.chosen))
-                for token, t in tokens
-            ],
-            now=now,
-            lease_expired_before=now - timedelta(seconds=self.lease_s),
-        )  # fmt: skip
+                token = uuid.uuid4()
+                tokens.append((token, t))
+                order.append((token, t))
+        rows = []
+        if tokens:
+            rows = delivery_log.begin_many(
+                conn,
+                [
+                    DeliveryToBegin(reminder_id=t.received.occurrence.reminder_id,
+                                    user_id=t.reminder.user_id, run_time_utc=t.chosen,
+                                    lease_token=token, held_until=held_for(t.reminder, t.chosen))
+                    for token, t in tokens
+                ],
+                now=now,
+                lease_expired_before=now - timedelta(seconds=self.lease_s),
+            )  # fmt: skip
         taken = {row.lease_token.int: row for row in rows}
-        for token, t in tokens:
-            row = taken.get(token.int)
+        for maybe_token, t in order:
+            if maybe_token is None:
+                batch.begun.append(
+                    Begun(received=t.received, reminder=t.reminder, profile=t.profile,
+                          zone=t.zone, chosen=t.chosen, delivery_id=uuid.uuid4(),
+                          lease_token=None, pinned=None, taken_over=False)
+                )  # fmt: skip
+                continue
+            row = taken.get(maybe_token.int)
             if row is None:
                 batch.decided.append(self._not_taken(batch, t))
                 continue
@@ -418,11 +441,61 @@ class Begin:
             )
             batch.begun.append(
                 Begun(received=t.received, reminder=t.reminder, profile=t.profile, zone=t.zone,
-                      chosen=t.chosen, delivery_id=row.id, lease_token=token,
+                      chosen=t.chosen, delivery_id=row.id, lease_token=maybe_token,
                       pinned=row.provider, taken_over=row.taken_over, accepted=accepted,
                       accepted_at=row.sent_at if accepted else None,
                       accepted_to=row.recipient if accepted else None)
             )  # fmt: skip
+
+    def lease(self, begun: Begun, now: datetime) -> Begun | None:
+        """Lease a first send without a lease (its first provider call failed and will be
+        retried): its delivery row inserted `sending` under a fresh lease token, in a
+        transaction of its own, as `_take` would have. Returns the leased occurrence, or
+        None when the occurrence has a row another copy holds or ended (its holder
+        records it; this send is handed back).
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed; nothing was committed.
+        """
+        token = uuid.uuid4()
+        occ = begun.occurrence
+        with self._engine.begin() as conn:
+            rows = delivery_log.begin_many(
+                conn,
+                [DeliveryToBegin(reminder_id=occ.reminder_id, user_id=begun.reminder.user_id,
+                                 run_time_utc=begun.chosen, lease_token=token,
+                                 held_until=begun.held_until)],
+                now=now,
+                lease_expired_before=now - timedelta(seconds=self.lease_s),
+            )  # fmt: skip
+        if not rows:
+            return None
+        (row,) = rows
+        return dataclasses.replace(
+            begun, delivery_id=row.id, lease_token=token, pinned=row.provider,
+            taken_over=row.taken_over,
+        )  # fmt: skip
+
+    def _leaseless(self, t: _ToTake) -> bool:
+        """Whether `t` is sent without a `sending` row (docs/design.md, "First sends
+        without a lease"): this sender may (`leaseless`), the message is received for the
+        first time and is no replay (so, on a queue whose first receive is exclusive, it
+        is the only copy of its occurrence in flight), its reminder is a one-time email
+        (no misfire choice to keep for a retry, no webhook receiver that may not
+        deduplicate) of the version the message was claimed at (a change since may have
+        made another copy: a pause and resume), and no delivery row of the occurrence
+        exists (no pin of an earlier attempt, no provider evidence, nothing ended)."""
+        occ, reminder = t.received.occurrence, t.reminder
+        return (
+            self.leaseless
+            and t.received.message.receive_count == 1
+            and not occ.replay
+            and reminder.rrule is None
+            and reminder.webhook_url is None
+            and reminder.version == occ.version
+            and not reminder.delivery_recorded
+            and t.chosen == occ.run_time_utc == reminder.next_run_utc
+        )
 
     def _not_taken(self, batch: _Batch, t: _ToTake) -> Decided:
         """The occurrence is held by another worker (BUSY) or already terminal."""

@@ -338,10 +338,15 @@ class Completer:
                 # reminders are then moved on at the batch end: finished False).
                 found = delivery_log.list_recorded_at(conn, rows, now=now)
                 earlier = dict.fromkeys(found, False)
-            pending = [row for row in rows if row.id not in earlier]
-            if not pending:
-                return earlier
-            return earlier | delivery_log.complete_many(conn, pending, now=now)
+            leased = [row for row in rows if row.id not in earlier and row.lease_token]
+            first = [row for row in rows if row.id not in earlier and not row.lease_token]
+            # One statement for each kind present (a flush of first sends alone, the
+            # steady state on the PostgreSQL queue, is still one round trip).
+            if leased:
+                earlier |= delivery_log.complete_many(conn, leased, now=now)
+            if first:
+                earlier |= delivery_log.record_first_sends_many(conn, first, now=now)
+            return earlier
         except DBAPIError:
             self._drop_connection()
             raise
@@ -371,13 +376,23 @@ def _log_failure(error: BaseException | None) -> None:
 
 
 def _writes(result: SendResult) -> bool:
-    """The completer writes every outcome but a withdrawn send's (see `_flush`)."""
-    return not result.withdrawn
+    """The completer writes every outcome but a withdrawn send's (see `_flush`), and but
+    a leaseless send handed back before any provider call (it has no row, and needs
+    none: the next receive decides it afresh)."""
+    if result.withdrawn:
+        return False
+    return not (
+        result.begun.leaseless
+        and result.outcome in (Outcome.RETRY, Outcome.RELEASED)
+        and result.attempts == 0
+        and result.pinned is None
+    )
 
 
 def _row(result: SendResult) -> DeliveryOutcome:
-    """The `delivery_log.complete_many` row of one outcome: SENT and FAILED complete the
-    row; RETRY and RELEASED give its lease back (status stays `sending`)."""
+    """The `delivery_log.complete_many` row of one outcome (`record_first_sends_many`'s
+    for a leaseless send: no lease token, the row's user and hold): SENT and FAILED
+    complete the row; RETRY and RELEASED give its lease back (status stays `sending`)."""
     begun = result.begun
     receipt = result.receipt
     status = {
@@ -397,6 +412,8 @@ def _row(result: SendResult) -> DeliveryOutcome:
         attempts=result.attempts,
         reminder_id=begun.occurrence.reminder_id,
         occurrence_utc=begun.occurrence.run_time_utc,
+        user_id=begun.reminder.user_id if begun.leaseless else None,
+        held_until=begun.held_until if begun.leaseless else None,
     )
 
 

@@ -61,6 +61,10 @@ class Executor:
         clock: current time for sent_at, aware UTC.
         recheck_interval_s: see `Recheck`.
         name: thread name prefix.
+        lease: leases a first send without a lease after its first transient failure
+            (`Begin.lease`), so that its retries run under a lease; returns the leased
+            occurrence, or None when another copy holds a row (the send is handed back).
+            None: such a send is handed back at its first transient failure.
     """
 
     def __init__(
@@ -78,7 +82,9 @@ class Executor:
         name: str = "sender",
         links: LinkSigner | None = None,
         webhooks: WebhookChannel | None = None,
+        lease: Callable[[Begun], Begun | None] | None = None,
     ) -> None:
+        self._lease = lease
         self._links = links
         self._webhooks = webhooks
         self._engine = engine
@@ -297,6 +303,14 @@ class Executor:
             attempt.calls += 1
             return send(begun.key)
         except TransientDeliveryError as first:
+            if begun.leaseless:
+                # A retry needs a row (the provider an ambiguous call may have reached is
+                # pinned on it, evidence lands on it): lease the occurrence now, or hand
+                # the message back if another copy has a row (its holder goes on).
+                leased = self._lease(begun) if self._lease is not None else None
+                if leased is None:
+                    raise
+                attempt.begun = begun = leased
             failed = [first]
         # The retry loop starts only after a failure (building it costs more than an
         # in-process send); its first attempt re-raises that failure, so tenacity sees

@@ -94,6 +94,7 @@ def _give_back(conn: Connection, withdrawn: Sequence[SendResult], now: datetime)
     """Withdrawn sends were never attempted: their row goes, so the next receive decides
     the occurrence as if this batch had not begun it; a row an earlier attempt touched
     stays, released."""
+    withdrawn = [r for r in withdrawn if not r.begun.leaseless]  # those have no row
     if not withdrawn:
         return
     delivery_log.withdraw_many(conn, [r.begun.lease for r in withdrawn])
@@ -103,7 +104,7 @@ def _give_back(conn: Connection, withdrawn: Sequence[SendResult], now: datetime)
         [
             DeliveryOutcome(
                 id=r.begun.delivery_id, run_time_utc=r.begun.chosen,
-                lease_token=r.begun.lease_token, status=DeliveryStatus.SENDING, sent_at=None,
+                lease_token=r.begun.lease.lease_token, status=DeliveryStatus.SENDING, sent_at=None,
                 provider=None, provider_message_id=None, recipient=None, error=WITHDRAWN,
                 attempts=0, reminder_id=r.begun.occurrence.reminder_id,
                 occurrence_utc=r.begun.occurrence.run_time_utc,

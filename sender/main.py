@@ -91,6 +91,7 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
         coalesce_s=s.sender_coalesce_s,
         links=LinkSigner.from_settings(s),
         webhooks=WebhookChannel(s.destination_policy(), timeout_s=s.webhook_channel_timeout_s),
+        leaseless_first_send=s.sender_leaseless_first_send,
     )
 
 

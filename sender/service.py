@@ -27,12 +27,12 @@ from sender.complete import Completer, FlushStats
 from sender.execute import Executor
 from sender.finish import finish_batch
 from sender.heartbeat import Heartbeat
-from sender.providers.base import Provider, close_provider
+from sender.providers.base import Provider, close_provider, deduplicates_keys
 from sender.providers.webhook import WebhookChannel
 from sender.receive import Receiver, decode_batch
 from sender.render import Renderer
 from sender.settle import settle
-from sender.work import Decided, Outcome, Received, ShutdownRequested
+from sender.work import Begun, Decided, Outcome, Received, ShutdownRequested
 
 __all__ = ["Outcome", "Sender", "ShutdownRequested"]
 
@@ -75,6 +75,10 @@ class Sender:
         links: signs each email's snooze and stop links (None: emails carry none).
         webhooks: delivers the reminders of the webhook channel (None: such a reminder
             fails permanently).
+        leaseless_first_send: send an occurrence's first receive without a `sending`
+            row where that is safe (SENDER_LEASELESS_FIRST_SEND; in force only on a queue
+            whose first receive is exclusive, the PostgreSQL queue, with a provider that
+            delivers each key once: `providers.base.deduplicates_keys`).
     """
 
     name = "sender"
@@ -103,8 +107,17 @@ class Sender:
         coalesce_s: float = 0.05,
         links: LinkSigner | None = None,
         webhooks: WebhookChannel | None = None,
+        leaseless_first_send: bool = False,
     ) -> None:
         retry = retry or RetryPolicy()
+        # docs/design.md, "First sends without a lease": only where the queue's first
+        # receive is exclusive and the provider delivers a key once.
+        self.leaseless_first_send = (
+            leaseless_first_send
+            and getattr(queue, "first_receive_exclusive", False) is True
+            and getattr(queue, "max_receive_count", 0) >= 2
+            and deduplicates_keys(provider)
+        )
         self.coalesce_s = coalesce_s
         self._engine = engine
         self._queue = queue
@@ -118,12 +131,13 @@ class Sender:
             queue, provider, batch_size=batch_size, visibility_timeout_s=visibility_timeout_s
         )
         self.begin = Begin(
-            engine, profiles, lease_s=lease_s, schedule_config=schedule_config, retry=retry
-        )
+            engine, profiles, lease_s=lease_s, schedule_config=schedule_config, retry=retry,
+            leaseless=self.leaseless_first_send,
+        )  # fmt: skip
         self.executor = Executor(
             engine, provider, renderer, mail_from=mail_from, retry=retry, stop=self._stop,
             concurrency=concurrency, clock=clock, recheck_interval_s=recheck_interval_s,
-            links=links, webhooks=webhooks,
+            links=links, webhooks=webhooks, lease=self._lease_begun,
         )  # fmt: skip
         self.completer = Completer(
             engine, flush_interval_s=flush_interval_s, flush_max=flush_max, clock=clock,
@@ -198,7 +212,8 @@ class Sender:
         """Begin, execute, complete and finish `received`; returns their outcomes."""
         begun, decided = self.begin.run(received, now)
         for b in begun:
-            self.heartbeat_stage.hold(b.message, b.delivery_id, b.chosen, b.lease_token)
+            if b.lease_token is not None:  # a leaseless send's message alone is extended
+                self.heartbeat_stage.hold(b.message, b.delivery_id, b.chosen, b.lease_token)
         if begun:
             self.executor.run(begun, self.completer.submit)
             recorded = self.completer.drain()
@@ -206,6 +221,16 @@ class Sender:
                 self._engine, recorded, now=self._clock(), config=self.schedule_config
             )
         return decided
+
+    def _lease_begun(self, begun: Begun) -> Begun | None:
+        """Lease a first send without a lease for its retries (`Begin.lease`), its row
+        extended by the heartbeat from now on; None: handed back."""
+        leased = self.begin.lease(begun, self._clock())
+        if leased is not None and leased.lease_token is not None:
+            self.heartbeat_stage.hold(
+                leased.message, leased.delivery_id, leased.chosen, leased.lease_token
+            )
+        return leased
 
     def heartbeat(self, now: datetime) -> int:
         """Extend the visibility timeout of every message in flight and the lease of its

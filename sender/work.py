@@ -72,8 +72,11 @@ def held_for(reminder: ReminderForSend, chosen: datetime) -> datetime | None:
 
 @dataclass(frozen=True, slots=True)
 class Begun:
-    """An occurrence this sender holds: its `sending` row is leased to `lease_token`
-    (begin stage); the execute stage sends it.
+    """An occurrence this sender holds: its `sending` row is leased to `lease_token`, or,
+    for a first send without a lease (`leaseless`: lease_token None), the message's
+    receipt handle alone holds it and its delivery row `delivery_id` is written once,
+    with the outcome (begin stage; docs/design.md, "First sends without a lease"); the
+    execute stage sends it.
 
     Attributes:
         received: the message and its occurrence.
@@ -83,8 +86,9 @@ class Begun:
         zone: the zone to render and to compute the next occurrence in (None: unknown).
         chosen: aware UTC; the occurrence to send (the misfire plan may pick a later one
             than the message names).
-        delivery_id: the delivery_log row.
-        lease_token: the fencing token of this sender's lease on that row.
+        delivery_id: the delivery_log row (for a leaseless send: the id its row gets).
+        lease_token: the fencing token of this sender's lease on that row; None for a
+            leaseless send (no row until its outcome).
         pinned: the provider an earlier ambiguous attempt may have reached (send there).
         taken_over: the row was `sending` under a lease that ended without a heartbeat:
             its sender died, maybe after the provider accepted the email (a possible
@@ -103,7 +107,7 @@ class Begun:
     zone: ZoneInfo | None
     chosen: datetime
     delivery_id: uuid.UUID
-    lease_token: uuid.UUID
+    lease_token: uuid.UUID | None
     pinned: str | None
     taken_over: bool
     accepted: SendReceipt | None = None
@@ -122,8 +126,20 @@ class Begun:
         return held_for(self.reminder, self.chosen)
 
     @property
+    def leaseless(self) -> bool:
+        """A first send without a lease: no delivery row until the completer writes its
+        outcome (`delivery_log.record_first_sends_many`)."""
+        return self.lease_token is None
+
+    @property
     def lease(self) -> DeliveryLease:
-        """This sender's lease on the row: what fences every write to it."""
+        """This sender's lease on the row: what fences every write to it.
+
+        Raises:
+            ValueError: a leaseless send has no lease.
+        """
+        if self.lease_token is None:
+            raise ValueError("a first send without a lease has no delivery row to fence")
         return DeliveryLease(self.delivery_id, self.chosen, self.lease_token)
 
     @property

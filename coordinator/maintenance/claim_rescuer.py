@@ -26,14 +26,20 @@ class ClaimRescuer(Rescuer[RescuedClaim]):
     Attributes:
         claim_timeout_s: a claim older than this is re-driven (longer than the longest
             retry horizon: max receives x (visibility timeout + backoff)).
+        live_queue: the PostgreSQL queue's name when its messages are in this database:
+            a claim whose message is still live there is left alone (it is on its way;
+            `reminder_rescue_claimed`). None (SQS): every old claim is re-driven.
     """
 
     claim_timeout_s: float
+    live_queue: str | None = None
     name: ClassVar[str] = "reclaimed"
 
     def rescue(self, conn: Connection, *, cutoff: datetime, now: datetime) -> list[RescuedClaim]:
         """Claims older than `cutoff` back to `pending` (`services.reminders.rescue_claimed`)."""
-        return reminder_services.rescue_claimed(conn, cutoff=cutoff, now=now, limit=self.batch_size)
+        return reminder_services.rescue_claimed(
+            conn, cutoff=cutoff, now=now, limit=self.batch_size, live_queue=self.live_queue
+        )
 
     def run_once(self, now: datetime) -> TickResult:
         """Re-drive reminders claimed more than `claim_timeout_s` before `now` (aware

@@ -15,7 +15,7 @@ from coordinator.maintenance.suppression_resumer import SuppressionResumer
 from coordinator.maintenance.webhook_rematcher import WebhookRematcher
 from reminder_core.metrics import register_backlog_gauges
 from reminder_core.profiles import ProfileSource
-from reminder_core.queue import Queue
+from reminder_core.queue import PostgresQueue, Queue
 from reminder_core.runtime import Runtime, workload_main
 from reminder_core.scheduling import ScheduleConfig
 
@@ -48,7 +48,7 @@ def services(
         ),
         ClaimRescuer(
             engine, claim_timeout_s=claim_timeout_s, batch_size=batch_size,
-            interval_s=interval_s,
+            interval_s=interval_s, live_queue=_live_queue(queue, engine),
         ),
         DeliveryRescuer(
             engine, abandon_after_s=abandon_after_s, batch_size=batch_size,
@@ -64,6 +64,12 @@ def services(
         BacklogGauges(engine, queue, interval_s=interval_s),
     ]  # fmt: skip
     return [*found, retention] if retention is not None else found
+
+
+def _live_queue(queue: Queue, engine: Engine) -> str | None:
+    """The name of `queue` when it is the PostgreSQL queue in `engine`'s database (the
+    claim rescuer then leaves claims whose message is live there), else None."""
+    return queue.name if isinstance(queue, PostgresQueue) and queue.in_database_of(engine) else None
 
 
 def build(rt: Runtime) -> Maintainer:

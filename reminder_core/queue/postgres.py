@@ -31,6 +31,14 @@ class PostgresQueue:
         max_receive_count: receives after which a message is moved to the DLQ.
     """
 
+    #: A message received for the first time (receive count 1) that is not a replay is
+    #: the only live copy of its occurrence: the coordinator's claim writes it in the
+    #: claim's own transaction, and the claim rescuer re-drives no reminder whose message
+    #: is still live in this queue (`reminder_rescue_claimed`). So its receipt handle,
+    #: under the visibility timeout the heartbeat extends, keeps every other sender off
+    #: the occurrence while it is sent (docs/design.md, "First sends without a lease").
+    first_receive_exclusive = True
+
     def __init__(self, engine: Engine, *, name: str, max_receive_count: int) -> None:
         self._engine = engine
         self.name = name

@@ -482,12 +482,18 @@ def claim_due_to_queue(
 
 
 def rescue_claimed(
-    conn: Connection, *, cutoff: datetime, now: datetime, limit: int
+    conn: Connection,
+    *,
+    cutoff: datetime,
+    now: datetime,
+    limit: int,
+    live_queue: str | None = None,
 ) -> list[RescuedClaim]:
     """claimed → pending: up to `limit` reminders claimed before `cutoff` (aware UTC; their
     message was lost or their sender died), at the same next_run_utc (docs/design.md,
-    "Every occurrence ends")."""
-    return store.rescue_claimed(conn, cutoff=cutoff, now=now, limit=limit)
+    "Every occurrence ends"); with `live_queue` (the PostgreSQL queue's name) not those
+    whose message is still live in it."""
+    return store.rescue_claimed(conn, cutoff=cutoff, now=now, limit=limit, live_queue=live_queue)
 
 
 def complete_replayed(conn: Connection, *, reminder_id: uuid.UUID, now: datetime) -> None:

@@ -149,11 +149,13 @@ class DeliveryOutcome:
         attempts: provider calls made by this holder (added to the row's count).
         reminder_id, occurrence_utc: the reminder and the occurrence it points at (aware
             UTC); a one-time reminder still there is finished with a SENT or FAILED row.
+        user_id, held_until: the row's, for a first send without a lease
+            (`record_first_sends_many` inserts its row; lease_token is then None).
     """
 
     id: uuid.UUID
     run_time_utc: datetime
-    lease_token: uuid.UUID
+    lease_token: uuid.UUID | None
     status: DeliveryStatus
     sent_at: datetime | None
     provider: str | None
@@ -163,6 +165,8 @@ class DeliveryOutcome:
     attempts: int
     reminder_id: uuid.UUID
     occurrence_utc: datetime
+    user_id: str | None = None
+    held_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +343,24 @@ def complete_many(
     return {r.id: r.finished for r in done}
 
 
+def record_first_sends_many(
+    conn: Connection, outcomes: Sequence[DeliveryOutcome], *, now: datetime
+) -> dict[uuid.UUID, bool]:
+    """Insert the delivery row of each first send without a lease (`lease_token` None,
+    `user_id` set; distinct keys) with its outcome (`created_at = updated_at = now`, aware
+    UTC), where the occurrence has no row yet, and finish, in the same statement, a
+    one-time reminder still at that occurrence (as `complete_many`). Returns delivery id
+    -> whether its reminder was finished, for the rows inserted; a row missing met a row
+    of another copy of its occurrence, which it leaves as it is
+    (`delivery_record_first_sends_many`)."""
+    done = run(
+        conn,
+        query("delivery_record_first_sends_many"),
+        {"rows": _outcome_rows(outcomes), "now": now},
+    )
+    return {r.id: r.finished for r in done}
+
+
 def list_recorded_at(
     conn: Connection, outcomes: Sequence[DeliveryOutcome], *, now: datetime
 ) -> list[uuid.UUID]:
@@ -366,6 +388,9 @@ def _outcome_rows(outcomes: Sequence[DeliveryOutcome]) -> str:
             "attempts": o.attempts,
             "reminder_id": o.reminder_id,
             "occurrence_utc": o.occurrence_utc,
+            # read by delivery_record_first_sends_many only (the others ignore them)
+            "user_id": o.user_id,
+            "held_until": o.held_until,
         }
         for o in outcomes
     )

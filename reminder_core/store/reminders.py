@@ -420,16 +420,24 @@ class RescuedClaim:
 
 
 def rescue_claimed(
-    conn: Connection, *, cutoff: datetime, now: datetime, limit: int
+    conn: Connection,
+    *,
+    cutoff: datetime,
+    now: datetime,
+    limit: int,
+    live_queue: str | None = None,
 ) -> list[RescuedClaim]:
     """Put up to `limit` reminders claimed before `cutoff` (aware UTC), oldest claim first,
-    back to `pending` with the same `next_run_utc` (`reminder_rescue_claimed`).
+    back to `pending` with the same `next_run_utc` (`reminder_rescue_claimed`); with
+    `live_queue` (a PostgreSQL queue's name) not those with a live message in that queue.
 
     Side effects: their claim is cleared and `updated_at` set to `now`; reminders another
     transaction has locked are skipped.
     """
     rows = run(
-        conn, query("reminder_rescue_claimed"), {"cutoff": cutoff, "now": now, "limit": limit}
+        conn,
+        query("reminder_rescue_claimed"),
+        {"cutoff": cutoff, "now": now, "limit": limit, "queue": live_queue},
     )
     return records(RescuedClaim, rows)
 
@@ -508,6 +516,9 @@ class ReminderForSend:
     held_until: datetime | None = None  # quiet hours held the claim until then (aware UTC)
     webhook_url: str | None = None  # the webhook channel's endpoint (None: email)
     webhook_secret: str | None = None  # its whsec_ signing secret
+    version: int = 0  # bumped by every change of the reminder (not by a claim)
+    # A delivery row exists for the occurrence `next_run_utc` points at (any status).
+    delivery_recorded: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,17 @@ class ChoosingProvider(Protocol):
         ...
 
 
+def deduplicates_keys(provider: Provider) -> bool:
+    """True when `provider` itself delivers each idempotency key at most once (a repeat
+    of a key delivers nothing new), as a provider says by a true `deduplicates_keys`
+    attribute: Resend (24 hours, same payload), the file sink, and a failover or wrapper
+    whose every provider does. SES and SMTP do not (no key reaches the recipient's
+    side), nor does any provider that does not say so. The sender's first send of an
+    occurrence skips its `sending` row only on such a provider (docs/design.md,
+    "First sends without a lease")."""
+    return getattr(provider, "deduplicates_keys", False) is True
+
+
 def close_provider(provider: Provider) -> None:
     """Release what `provider` holds (connections, threads) by calling its `close()`, for
     providers that have one (a provider without it holds nothing to release). Wrappers

@@ -70,7 +70,13 @@ from reminder_core.breakers import (
 from reminder_core.errors import PermanentDeliveryError, TransientDeliveryError
 from reminder_core.metrics import BREAKER_NOT_CLOSED_SINCE, BREAKER_STATE
 from reminder_core.settings import Settings
-from sender.providers.base import OutgoingEmail, Provider, SendReceipt, close_provider
+from sender.providers.base import (
+    OutgoingEmail,
+    Provider,
+    SendReceipt,
+    close_provider,
+    deduplicates_keys,
+)
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +241,9 @@ class FailoverProvider:
         if fail_max < 1 or reset_timeout_s <= 0:
             raise ValueError("fail_max must be >= 1 and reset_timeout_s > 0")
         self.name = name
+        # A key may reach any member (the failover), so it is delivered at most once only
+        # when each member deduplicates it (providers.base.deduplicates_keys).
+        self.deduplicates_keys = all(deduplicates_keys(p) for p in providers)
         self._members = [
             self._member(p, fail_max, reset_timeout_s, redis, redis_namespace) for p in providers
         ]

@@ -24,6 +24,8 @@ class FileSinkProvider:
     """
 
     name = "file"
+    #: A repeat of a key writes nothing new (providers.base.deduplicates_keys).
+    deduplicates_keys = True
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory

@@ -5,7 +5,13 @@ from __future__ import annotations
 import time
 
 from reminder_core.metrics import PROVIDER_LATENCY, PROVIDER_REQUESTS, error_class
-from sender.providers.base import OutgoingEmail, Provider, SendReceipt, close_provider
+from sender.providers.base import (
+    OutgoingEmail,
+    Provider,
+    SendReceipt,
+    close_provider,
+    deduplicates_keys,
+)
 
 
 class InstrumentedProvider:
@@ -22,6 +28,7 @@ class InstrumentedProvider:
     def __init__(self, inner: Provider) -> None:
         self.inner = inner
         self.name = inner.name
+        self.deduplicates_keys = deduplicates_keys(inner)
 
     def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
         """`inner.send`, measured; same return value and exceptions."""

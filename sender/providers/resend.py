@@ -59,6 +59,11 @@ class ResendProvider:
     Side effects: starts the HTTP client's event-loop thread; `close()` stops it.
     """
 
+    #: Resend delivers a key once for 24 hours: a repeat with the same payload gets the
+    #: first answer, a different payload 409 (https://resend.com/docs/dashboard/emails/
+    #: idempotency-keys); providers.base.deduplicates_keys.
+    deduplicates_keys = True
+
     def __init__(
         self,
         *,

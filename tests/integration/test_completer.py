@@ -96,13 +96,15 @@ def gated_sender(
     *,
     flush_interval_s: float,
     flush_max: int,
+    leaseless: bool = True,
 ) -> tuple[GatedProvider, Sender]:
     """`count` one-time reminders due and claimed, and a sender whose provider holds
-    call i until `gates[i]` is set."""
+    call i until `gates[i]` is set (first sends without a lease as shipped, unless
+    `leaseless` is False: every send under a `sending` row)."""
     insert_due_reminders(db, count, next_run_utc=NOW)
     claim(db, queue)
     provider = GatedProvider(settings.effective_mail_dir, gates)
-    sender = make_sender(db, queue, settings, provider)
+    sender = make_sender(db, queue, settings, provider, leaseless_first_send=leaseless)
     sender.receiver.batch_size = 10
     sender.completer.flush_interval_s = flush_interval_s
     sender.completer.flush_max = flush_max
@@ -116,8 +118,8 @@ def test_an_answer_is_written_at_once_and_the_next_after_the_interval(
     # first is written at once (no flush for long), the second once `flush_interval_s`
     # has passed since that flush, both while the third is still in flight.
     hold = threading.Event()
-    provider, sender = gated_sender(
-        db, queue, settings, 3, {2: hold}, flush_interval_s=1.0, flush_max=100
+    provider, sender = gated_sender(  # leased: the third's `sending` row is counted
+        db, queue, settings, 3, {2: hold}, flush_interval_s=1.0, flush_max=100, leaseless=False
     )
     run_in_thread(lambda: sender.run_once(NOW))
     wait_until(lambda: len(provider.answered) == 2, SLACK_S, "two answers")
@@ -357,7 +359,9 @@ def test_the_heartbeat_skips_a_row_being_recorded_instead_of_waiting_for_it(
     # PostgreSQL aborted the flush after deadlock_timeout (1 s). A row that a flush has
     # locked is being recorded: the heartbeat leaves it and extends the others.
     hold = threading.Event()
-    _, sender = gated_sender(db, queue, settings, 2, {0: hold}, flush_interval_s=1.0, flush_max=100)
+    _, sender = gated_sender(  # leases, which the heartbeat extends
+        db, queue, settings, 2, {0: hold}, flush_interval_s=1.0, flush_max=100, leaseless=False
+    )
     run_in_thread(lambda: sender.run_once(NOW))
     wait_until(lambda: one(db, "SELECT count(*) AS n FROM delivery_log").n == 2, SLACK_S, "begin")
     wait_until(lambda: sender.heartbeat_stage.beat(NOW) == 2, SLACK_S, "both rows held")

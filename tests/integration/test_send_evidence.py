@@ -207,7 +207,14 @@ def test_a_released_row_keeps_the_evidence_and_the_retry_records_it(
     assert tuple(row) == ("sending", "re-0001", None)
 
     retried_at = NOW + timedelta(seconds=30)  # past the retry's backoff
-    sender = make_sender(db, queue, settings, provider, Clock(retried_at))  # type: ignore[arg-type]
+    sender = make_sender(  # a leased retry: the row it takes over carries the evidence
+        db,
+        queue,
+        settings,
+        provider,
+        Clock(retried_at),
+        leaseless_first_send=False,  # type: ignore[arg-type]
+    )
     assert sender.run_once(retried_at).counts == {"sent": 1}
     assert len(provider.calls) == 1  # the retry made no second call
     row = one(db, "SELECT status, provider_message_id, sent_at FROM delivery_log")

@@ -217,7 +217,9 @@ def test_completion_is_fenced_by_the_lease_token(db, queue, settings) -> None:
 
     hijack = Hijack(settings.effective_mail_dir)
     # The stale worker reports the occurrence as someone else's, not as sent by it.
-    assert make_sender(db, queue, settings, hijack).handle(msg, NOW) == Outcome.BUSY
+    # The lease's fencing (a leaseless first send: test_leaseless_first_send.py).
+    sender = make_sender(db, queue, settings, hijack, leaseless_first_send=False)
+    assert sender.handle(msg, NOW) == Outcome.BUSY
     assert taken_over.is_set()
     row = one(
         db,
@@ -402,12 +404,12 @@ PAUSE_THE_OTHERS = (
 
 
 def changing_sender(
-    db: Engine, queue: PostgresQueue, settings: Settings, change: str
+    db: Engine, queue: PostgresQueue, settings: Settings, change: str, *, leaseless: bool = True
 ) -> tuple[ChangingProvider, Sender]:
     """A sender (recheck interval 0.2 s) whose provider runs `change` on its first call
-    and then takes 0.3 s."""
+    and then takes 0.3 s (first sends without a lease unless `leaseless` is False)."""
     provider = ChangingProvider(settings.effective_mail_dir, db, change, slow_s=0.3)
-    sender = make_sender(db, queue, settings, provider)
+    sender = make_sender(db, queue, settings, provider, leaseless_first_send=leaseless)
     sender.recheck_interval_s = 0.2
     return provider, sender
 
@@ -495,7 +497,8 @@ def test_a_withdrawn_occurrence_that_an_earlier_attempt_touched_keeps_its_row(
     # provider has: it is released, not deleted.
     insert_due_reminders(db, 2, next_run_utc=NOW)
     claim(db, queue)
-    _, sender = changing_sender(db, queue, settings, CANCEL_THE_OTHERS)
+    # Leased: the earlier attempt's trace is on the `sending` row this batch takes.
+    _, sender = changing_sender(db, queue, settings, CANCEL_THE_OTHERS, leaseless=False)
     original = sender.begin._take
 
     def take_with_an_earlier_attempt(batch) -> None:  # type: ignore[no-untyped-def]

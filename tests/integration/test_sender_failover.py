@@ -73,12 +73,14 @@ def queue(db: Engine) -> PostgresQueue:
 @pytest.fixture
 def make_sender(
     db: Engine, queue: PostgresQueue, settings: Settings
-) -> Iterator[Callable[[FailoverProvider, RetryPolicy], Sender]]:
+) -> Iterator[Callable[..., Sender]]:
     """Builds Senders over a FailoverProvider; closes them after the test."""
     senders: list[Sender] = []
 
-    def make(provider: FailoverProvider, retry: RetryPolicy) -> Sender:
-        sender = sending.make_sender(db, queue, settings, provider, utcnow, retry=retry)
+    def make(provider: FailoverProvider, retry: RetryPolicy, leaseless: bool = True) -> Sender:
+        sender = sending.make_sender(
+            db, queue, settings, provider, utcnow, retry=retry, leaseless_first_send=leaseless
+        )
         senders.append(sender)
         return sender
 
@@ -320,14 +322,17 @@ def test_timeout_after_send_is_retried_on_the_primary_with_the_same_key_backup_n
     db: Engine,
     queue: PostgresQueue,
     start_fake: Callable[[int], FakeProvider],
-    make_sender: Callable[[FailoverProvider, RetryPolicy], Sender],
+    make_sender: Callable[..., Sender],
 ) -> None:
     primary, backup = start_fake(0), start_fake(0)
     # The first call is answered after 1.5 s (the client gives up at 0.5 s, after sending);
     # the retry takes 0.3 s, long enough to look at the row while it is in flight.
     primary.inject({"kind": "timeout", "seconds": 1.5}, {"kind": "latency", "seconds": 0.3})
     fp = failover(primary.url, backup.url, fail_max=FAIL_MAX, read_timeout_s=0.5)
+    # A first send without a lease: leased at its first (ambiguous) failure, retried
+    # in process under that lease (docs/design.md, "First sends without a lease").
     sender = make_sender(fp, RetryPolicy(attempts=4, base_s=0.02, max_wait_s=0.5, budget_s=60))
+    assert sender.leaseless_first_send
     now = datetime.now(UTC)
     insert_due_reminders(db, 1, next_run_utc=now)
     Coordinator(db, queue, lookahead_s=0, batch_size=10, worker_id="c").run_once(now)
@@ -354,6 +359,36 @@ def test_timeout_after_send_is_retried_on_the_primary_with_the_same_key_backup_n
     assert (accepted(primary), primary.state.duplicates) == ({key}, 1)
     assert fp.pinned_provider(key) is None
     assert fp.breaker_states() == {"primary": "closed", "backup": "closed"}
+
+
+def test_an_ambiguous_first_send_without_a_lease_is_retried_on_its_provider_only(
+    db: Engine,
+    queue: PostgresQueue,
+    start_fake: Callable[[int], FakeProvider],
+    make_sender: Callable[..., Sender],
+) -> None:
+    # A first send without a lease whose one allowed call fails ambiguously: leased at
+    # that failure, its row released naming the primary, and the next receive goes to
+    # the primary only, with the same key. docs/design.md, "First sends without a lease".
+    primary, backup = start_fake(0), start_fake(0)
+    primary.inject({"kind": "timeout", "seconds": 1.5})
+    fp = failover(primary.url, backup.url, fail_max=FAIL_MAX, read_timeout_s=0.5)
+    sender = make_sender(fp, RetryPolicy(attempts=1, base_s=0.02, max_wait_s=0.5, budget_s=60))
+    assert sender.leaseless_first_send
+    now = datetime.now(UTC)
+    insert_due_reminders(db, 1, next_run_utc=now)
+    Coordinator(db, queue, lookahead_s=0, batch_size=10, worker_id="c").run_once(now)
+
+    assert sender.run_once(now).counts == {"retry": 1}
+    ((key, released),) = deliveries(db).items()
+    assert released == ("sending", "primary", 1)
+    fp.unpin(key)  # as another worker would see it: only the row names the primary
+    later = datetime.now(UTC) + timedelta(minutes=5)  # past the backoff
+    assert sender.run_once(later).counts == {"sent": 1}
+
+    assert deliveries(db)[key] == ("sent", "primary", 2)
+    assert keys_seen(primary) == [key, key]
+    assert keys_seen(backup) == []
 
 
 @pytest.mark.parametrize("primary_state", ["failing", "breaker_open"])

@@ -29,9 +29,11 @@ MAIL_FROM = "Reminders <reminders@example.com>"
 
 
 class CountingProvider:
-    """The file sink, with a call count and an optional pause or failure per call."""
+    """The file sink, with a call count and an optional pause or failure per call; like
+    the file sink it delivers each key once (the sender's first sends go leaseless)."""
 
     name = "file"
+    deduplicates_keys = True
 
     def __init__(self, directory: Path, *, pause_s: float = 0.0) -> None:
         self.inner = FileSinkProvider(directory)
@@ -71,13 +73,16 @@ def make_sender(
     lease_s: float = 60,
     links: LinkSigner | None = None,
     webhooks: WebhookChannel | None = None,
+    leaseless_first_send: bool | None = None,
 ) -> Sender:
     """A sender on `queue` calling `provider`, profiles from the settings' file, the
     shipped templates unless `renderer` is given, a 30 s visibility timeout and a 60 s
     lease. `clock` (its rows' timestamps) defaults to a clock fixed at NOW; pass
     `reminder_core.clock.utcnow` for real time. One call per receive unless `retry` says
-    more: most sender tests follow the queue. The caller closes it if it starts threads
-    it must stop (`Sender.close`)."""
+    more: most sender tests follow the queue. First sends go without a lease as shipped
+    (SENDER_LEASELESS_FIRST_SEND, where the queue and provider allow it) unless
+    `leaseless_first_send` says otherwise. The caller closes it if it starts threads it
+    must stop (`Sender.close`)."""
     return Sender(
         db,
         queue,
@@ -92,4 +97,9 @@ def make_sender(
         clock=clock or Clock(NOW),
         links=links,
         webhooks=webhooks,
+        leaseless_first_send=(
+            settings.sender_leaseless_first_send
+            if leaseless_first_send is None
+            else leaseless_first_send
+        ),
     )

@@ -194,6 +194,48 @@ WITH u AS (
     WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
       AND d.status = 'sending'
     RETURNING d.id, d.status
+-- include: delivery_finish_one_time
+
+-- name: delivery_record_first_sends_many
+-- The streaming completer's flush of first sends without a lease (sender/begin.py,
+-- docs/design.md "First sends without a lease"): each occurrence's delivery row is
+-- inserted once, with its outcome (`sent` or `failed`; `sending` released, with the
+-- provider an ambiguous attempt may have reached, for a retry that goes under a lease).
+-- The sender's receipt handle held the occurrence, and begin found no row for it: an
+-- occurrence that has a row by now (another copy's, which cannot be sent meanwhile but
+-- by a provider that delivers the key once) keeps it, and its outcome is not recorded
+-- here. In the same statement, as delivery_complete_many does, a one-time reminder still
+-- at that occurrence is finished (`completed` when sent, `failed` with the error when
+-- not; docs/design.md, "Reminder states"). Returns one row per delivery row inserted
+-- with `finished`: its reminder was finished here.
+WITH u AS (
+    SELECT *
+    FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+                    AS (id uuid, user_id text, run_time_utc timestamptz, status text,
+                        sent_at timestamptz, provider text, provider_message_id text,
+                        recipient text, error text, attempts int, held_until timestamptz,
+                        reminder_id uuid, occurrence_utc timestamptz))
+         WITH ORDINALITY AS u(id, user_id, run_time_utc, status, sent_at, provider,
+                              provider_message_id, recipient, error, attempts, held_until,
+                              reminder_id, occurrence_utc, n)
+), recorded AS (
+    INSERT INTO delivery_log
+        (id, reminder_id, user_id, run_time_utc, status, sent_at, provider,
+         provider_message_id, recipient, error, attempt_count, held_until, created_at,
+         updated_at)
+    SELECT u.id, u.reminder_id, u.user_id, u.run_time_utc, u.status, u.sent_at, u.provider,
+           u.provider_message_id, u.recipient, u.error, u.attempts, u.held_until, :now, :now
+    FROM u
+    ORDER BY u.n
+    ON CONFLICT (reminder_id, run_time_utc) DO NOTHING
+    RETURNING id, status
+-- include: delivery_finish_one_time
+
+-- part: delivery_finish_one_time
+-- The end of the completer's two statements (delivery_complete_many,
+-- delivery_record_first_sends_many), after their `u` (the outcomes) and `recorded` (the
+-- rows written: id, status): a one-time reminder still at its occurrence is finished,
+-- `completed` when sent, `failed` with the error when not.
 ), finished AS (
     UPDATE reminders AS r
     SET status = CASE WHEN rec.status = 'sent' THEN 'completed' ELSE 'failed' END,

@@ -252,12 +252,21 @@ SELECT count(*) AS claimed FROM sent;
 -- sender died for good): back to pending with the same next_run_utc. The unique delivery
 -- row keeps a second delivery of the same occurrence from being sent twice. A claim held
 -- by quiet hours is stuck only if it is still there :cutoff after the hold ended
--- (held_until before claimed_at is a past occurrence's: no effect).
+-- (held_until before claimed_at is a past occurrence's: no effect). With :queue (the
+-- PostgreSQL queue's name, in this database) a claim whose message is still live in
+-- that queue is not stuck: its message is on its way, and re-driving it would make a
+-- second copy of the occurrence (the first send without a lease counts on there being
+-- one: reminder_core/queue/postgres.py). One scan of the live messages, only when some
+-- claim is that old.
 WITH stuck AS (
     SELECT id
-    FROM reminders
+    FROM reminders AS r
     WHERE status = 'claimed' AND claimed_at < :cutoff
       AND (held_until IS NULL OR held_until < :cutoff)
+      AND (CAST(:queue AS text) IS NULL OR NOT EXISTS (
+          SELECT 1 FROM queue_messages AS q
+          WHERE q.queue_name = CAST(:queue AS text) AND NOT q.dead_lettered
+            AND q.body ->> 'reminder_id' = CAST(r.id AS text)))
     ORDER BY claimed_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -273,11 +282,17 @@ RETURNING r.id, r.next_run_utc;
 SELECT timezone FROM reminders WHERE id = :reminder_id;
 
 -- name: reminder_get_many_for_send
--- With the webhook endpoint of a reminder of the webhook channel (NULLs: email).
+-- With the webhook endpoint of a reminder of the webhook channel (NULLs: email), and
+-- whether its next occurrence has a delivery row already (one probe of the unique key;
+-- the sender's first send without a lease needs none: sender/begin.py).
 SELECT r.id, r.user_id, r.title, r.body, r.template, r.timezone, r.rrule, r.status,
        r.next_run_utc, r.start_local, r.all_day, r.exdates, r.dst_nonexistent,
        r.dst_ambiguous, r.misfire_policy, r.max_lateness_s, r.paused_reason,
-       r.suppressed_address, r.held_until, w.url AS webhook_url, w.secret AS webhook_secret
+       r.suppressed_address, r.held_until, w.url AS webhook_url, w.secret AS webhook_secret,
+       r.version,
+       EXISTS (SELECT 1 FROM delivery_log AS d
+               WHERE d.reminder_id = r.id AND d.run_time_utc = r.next_run_utc)
+           AS delivery_recorded
 FROM reminders AS r
 LEFT JOIN webhook_endpoints AS w ON w.id = r.webhook_endpoint_id
 WHERE r.id = ANY(CAST(:ids AS uuid[]));
