@@ -17,10 +17,10 @@ from reminder_core.errors import InfrastructureError
 from reminder_core.logging import delivery_fields
 from reminder_core.messages import MalformedMessage, OccurrenceMessage
 from reminder_core.profiles import Profile, ProfileSource
-from reminder_core.queue import DeadLetter, Queue
+from reminder_core.queue import DeadLetter, PostgresQueue, Queue
 from reminder_core.scheduling import ScheduleConfig, zone_or_none
 from reminder_core.services import reminders as reminder_services
-from reminder_core.store import delivery_log, reminders
+from reminder_core.store import delivery_log, queue_messages, reminders
 from reminder_core.worker.loop import TickResult
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class DeadLetterRecorder:
         with self._engine.begin() as conn:
             if self._held_live(conn, occurrence, now):
                 log.info(
-                    "dead letter %s: %s/%s is being sent under a live lease; not recorded yet",
+                    "dead letter %s: %s/%s is still on its way (lease or live copy); not recorded",
                     letter.message_id, reminder_id, run_time.isoformat(), extra=fields,
                 )  # fmt: skip
                 return False
@@ -114,6 +114,9 @@ class DeadLetterRecorder:
         return True
 
     def _held_live(self, conn: Connection, occurrence: OccurrenceMessage, now: datetime) -> bool:
+        """The occurrence is still on its way: a delivery row under a live lease, or, on
+        the PostgreSQL queue, a live copy of its message (re-driven by the claim rescuer
+        after this letter died: a first send without a lease has no row meanwhile)."""
         reminder_id, run_time = occurrence.key
         held = delivery_log.lock_held_live(
             conn,
@@ -121,7 +124,16 @@ class DeadLetterRecorder:
             run_time_utc=run_time,
             lease_cutoff=now - timedelta(seconds=self.lease_s),
         )
-        return bool(held)
+        if held:
+            return True
+        if not isinstance(self._queue, PostgresQueue) or not self._queue.in_database_of(
+            self._engine
+        ):
+            return False
+        live = queue_messages.count_live_copies(
+            conn, queue=self._queue.name, reminder_id=reminder_id, run_time_utc=run_time
+        )
+        return live > 0
 
     def _fail(
         self,

@@ -365,15 +365,16 @@ class CellMove:
                         now=now,
                     )
                 )  # fmt: skip
-                left = cell_moves.in_flight(conn, user_id=user_id, lease_cutoff=cutoff)
+                left = cell_moves.in_flight(conn, user_id=user_id, lease_cutoff=cutoff, now=now)
             if left.drained:
                 self.progress(f"drained: {len(frozen)} reminders paused for the move")
                 return len(frozen)
             if time.monotonic() >= deadline:
                 self._undo(user_id, source, target.name)
                 raise DrainTimeout(
-                    f"{left.claimed} reminders of {user_id} still claimed and"
-                    f" {left.sending} still being sent after {self.drain_timeout_s:g} s (a"
+                    f"{left.claimed} reminders of {user_id} still claimed,"
+                    f" {left.sending} still being sent and {left.receiving} messages still"
+                    f" held by a sender after {self.drain_timeout_s:g} s (a"
                     " sender may have died: its claims are re-driven after"
                     " CLAIM_TIMEOUT_S); the move was undone, run it again later"
                 )

@@ -36,14 +36,16 @@ class CellMoveMarker:
 @dataclass(frozen=True, slots=True)
 class InFlight:
     """What keeps a move from copying: `claimed` reminders, `sending` delivery rows under
-    a live lease."""
+    a live lease, and `receiving`: messages of the PostgreSQL queue a receiver holds now
+    (a first send without a lease, or a backoff, whose outcome is still to be written)."""
 
     claimed: int
     sending: int
+    receiving: int = 0
 
     @property
     def drained(self) -> bool:
-        return self.claimed == 0 and self.sending == 0
+        return self.claimed == 0 and self.sending == 0 and self.receiving == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +131,16 @@ def pause(
     return [r.id for r in rows]
 
 
-def in_flight(conn: Connection, *, user_id: str, lease_cutoff: datetime) -> InFlight:
-    """`user_id`'s claimed reminders and delivery rows under a lease taken after
-    `lease_cutoff` (aware UTC) (`cell_move_in_flight`)."""
+def in_flight(conn: Connection, *, user_id: str, lease_cutoff: datetime, now: datetime) -> InFlight:
+    """`user_id`'s claimed reminders, delivery rows under a lease taken after
+    `lease_cutoff`, and queue messages a receiver holds at `now` (aware UTC)
+    (`cell_move_in_flight`)."""
     row = run(
-        conn, query("cell_move_in_flight"), {"user_id": user_id, "lease_cutoff": lease_cutoff}
+        conn,
+        query("cell_move_in_flight"),
+        {"user_id": user_id, "lease_cutoff": lease_cutoff, "now": now},
     ).one()
-    return InFlight(int(row.claimed), int(row.sending))
+    return InFlight(int(row.claimed), int(row.sending), int(row.receiving))
 
 
 def resume(conn: Connection, *, user_id: str, now: datetime) -> list[uuid.UUID]:

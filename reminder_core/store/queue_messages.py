@@ -203,6 +203,15 @@ def redrive(conn: Connection, *, queue: str, ids: Iterable[int], now: datetime) 
     return list(result.scalars())
 
 
+def count_live_copies(
+    conn: Connection, *, queue: str, reminder_id: uuid.UUID, run_time_utc: datetime
+) -> int:
+    """Live (not dead-lettered) messages of `queue` for the occurrence (`reminder_id`,
+    `run_time_utc` aware UTC) (`queue_message_count_live_copies`)."""
+    params = {"queue": queue, "reminder_id": reminder_id, "run_time_utc": run_time_utc}
+    return int(run(conn, query("queue_message_count_live_copies"), params).scalar_one())
+
+
 def delete_dead(conn: Connection, *, queue: str, ids: Iterable[int]) -> list[int]:
     """Delete the dead letters of `ids` (`queue_message_delete_dead`); returns the ids
     deleted (an id that is no dead letter is not)."""

@@ -20,10 +20,14 @@ from pathlib import Path
 
 from sqlalchemy import Engine, text
 
+from coordinator.maintenance.dead_letters import DeadLetterRecorder
 from coordinator.service import Coordinator
 from reminder_core.errors import TransientDeliveryError
+from reminder_core.profiles import LocalProfileSource
 from reminder_core.queue import PostgresQueue
+from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
+from reminder_core.store import cell_moves
 from reminder_core.store import reminders as reminder_store
 from sender.providers.base import OutgoingEmail, SendReceipt
 from tests.integration.helpers import insert_due_reminders, insert_sending_rows
@@ -43,6 +47,14 @@ def delivery_rows(db: Engine) -> list[tuple[str, bool, int, str | None]]:
                 text("SELECT status, lease_token, attempt_count, provider FROM delivery_log")
             )
         ]
+
+
+def one_due(db: Engine, queue: PostgresQueue, settings: Settings) -> Watching:
+    """One one-time reminder due at NOW and claimed (its message in `queue`); the
+    provider to send it with."""
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    return Watching(settings.effective_mail_dir, db)
 
 
 class Watching(CountingProvider):
@@ -69,9 +81,7 @@ class Watching(CountingProvider):
 def test_a_first_send_writes_its_delivery_row_once_with_the_outcome(
     db: Engine, queue: PostgresQueue, settings: Settings
 ) -> None:
-    insert_due_reminders(db, 1, next_run_utc=NOW)
-    claim(db, queue)
-    provider = Watching(settings.effective_mail_dir, db)
+    provider = one_due(db, queue, settings)
     sender = make_sender(db, queue, settings, provider)
     assert sender.leaseless_first_send
 
@@ -93,9 +103,7 @@ def test_the_same_send_under_a_lease_has_its_sending_row_during_the_call(
     db: Engine, queue: PostgresQueue, settings: Settings
 ) -> None:
     # The contrast that makes the test above able to fail: SENDER_LEASELESS_FIRST_SEND off.
-    insert_due_reminders(db, 1, next_run_utc=NOW)
-    claim(db, queue)
-    provider = Watching(settings.effective_mail_dir, db)
+    provider = one_due(db, queue, settings)
     sender = make_sender(db, queue, settings, provider, leaseless_first_send=False)
     assert not sender.leaseless_first_send
 
@@ -129,9 +137,7 @@ def test_a_sender_dying_after_the_provider_accepted_is_repeated_under_a_lease_wi
     # out, the next receive (count 2) goes under a lease and calls the provider again
     # with the same key, which delivers nothing new (the file sink, like Resend). The
     # first sender's late outcome then finds the row and records nothing.
-    insert_due_reminders(db, 1, next_run_utc=NOW)
-    claim(db, queue)
-    provider = Watching(settings.effective_mail_dir, db)
+    provider = one_due(db, queue, settings)
     provider.hold_first = True
     first = make_sender(db, queue, settings, provider, visibility_timeout_s=30)
     pool = ThreadPoolExecutor(1)
@@ -194,9 +200,7 @@ def test_a_transient_failure_hands_the_first_send_back_and_the_retry_is_leased(
     # A retry needs a row: the first failure leases the occurrence (one call per receive
     # here, so no retry in process), the completer releases that row with the attempt,
     # and the next receive retries it under a lease.
-    insert_due_reminders(db, 1, next_run_utc=NOW)
-    claim(db, queue)
-    provider = Watching(settings.effective_mail_dir, db)
+    provider = one_due(db, queue, settings)
     provider.fail_next.append(TransientDeliveryError("503 from the provider"))
     sender = make_sender(db, queue, settings, provider)
 
@@ -283,3 +287,73 @@ def test_outcomes_are_by_the_key_order_the_begin_gave_them(
     with db.connect() as conn:
         statuses = conn.execute(text("SELECT DISTINCT status FROM reminders")).scalars().all()
     assert statuses == ["completed"]
+
+
+def test_a_cell_move_waits_for_a_first_send_whose_reminder_was_cancelled_meanwhile(
+    db: Engine, queue: PostgresQueue, settings: Settings
+) -> None:
+    # A trial found it: the reminder cancelled during a leaseless call is no longer
+    # claimed and the send has no row, so the drain saw nothing in flight, copied, and the
+    # `sent` row landed in the old cell after the copy. The drain now counts the
+    # messages a receiver holds.
+    provider = one_due(db, queue, settings)
+    provider.hold_first = True
+    sender = make_sender(db, queue, settings, provider)
+    pool = ThreadPoolExecutor(1)
+    done = pool.submit(sender.run_once, NOW)
+    assert provider.accepted_first.wait(10)
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE reminders SET status = 'cancelled', next_run_utc = NULL,"
+                " claimed_by = NULL, claimed_at = NULL, version = version + 1"
+            )
+        )
+        during = cell_moves.in_flight(conn, user_id="alice", lease_cutoff=NOW, now=NOW)
+    provider.release.set()
+    assert done.result(10).counts == {"sent": 1}
+    pool.shutdown()
+    sender.close()
+    with db.begin() as conn:
+        after = cell_moves.in_flight(conn, user_id="alice", lease_cutoff=NOW, now=NOW)
+
+    assert (during.claimed, during.sending, during.receiving) == (0, 0, 1)
+    assert not during.drained
+    assert after.drained
+    assert delivery_rows(db) == [("sent", False, 1, "file")]
+
+
+def test_a_dead_letter_waits_while_a_live_copy_of_its_occurrence_is_sent(
+    db: Engine, queue: PostgresQueue, settings: Settings
+) -> None:
+    # A trial found it: an earlier copy of the occurrence died in the dead-letter queue
+    # with no row, the claim rescuer made a new one, and the recorder recorded `failed`
+    # (and failed the reminder) while the new copy was sent without a lease. A live copy
+    # now makes the recorder wait, as a live lease does.
+    insert_due_reminders(db, 1, next_run_utc=NOW)
+    claim(db, queue)
+    with db.begin() as conn:  # the earlier copy, dead after five receives
+        conn.execute(
+            text(
+                "INSERT INTO queue_messages (queue_name, body, visible_at, receive_count,"
+                " dead_lettered, dead_lettered_at, created_at)"
+                " SELECT queue_name, body, visible_at, 5, true, :now, created_at"
+                " FROM queue_messages"
+            ),
+            {"now": NOW},
+        )
+    recorder = DeadLetterRecorder(
+        db, queue, LocalProfileSource(settings.effective_profiles_file),
+        schedule_config=ScheduleConfig.from_settings(settings), lease_s=60, batch_size=10,
+        interval_s=1,
+    )  # fmt: skip
+
+    assert recorder.record(NOW) == 0  # the live copy is on its way: not recorded yet
+    assert delivery_rows(db) == []
+    provider = Watching(settings.effective_mail_dir, db)
+    assert make_sender(db, queue, settings, provider).run_once(NOW).counts == {"sent": 1}
+    assert provider.seen == [[]]
+    assert recorder.record(NOW) == 1  # now recorded: the sent row stays as it is
+    assert delivery_rows(db) == [("sent", False, 1, "file")]
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT status FROM reminders")).scalar_one() == "completed"

@@ -95,6 +95,17 @@ SET dead_lettered = false,
 WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered
 RETURNING id;
 
+-- name: queue_message_count_live_copies
+-- Live (not dead-lettered) messages of :queue for the occurrence (:reminder_id,
+-- :run_time_utc): a dead letter's occurrence with a live copy is still on its way (a
+-- first send without a lease has no delivery row while it runs: docs/design.md, "First
+-- sends without a lease"). A scan of the queue, for the rare dead letter.
+SELECT count(*) AS n
+FROM queue_messages
+WHERE queue_name = :queue AND NOT dead_lettered
+  AND body ->> 'reminder_id' = CAST(:reminder_id AS text)
+  AND CAST(body ->> 'run_time_utc' AS timestamptz) = :run_time_utc;
+
 -- name: queue_message_delete_dead
 DELETE FROM queue_messages
 WHERE queue_name = :queue AND id = ANY(:ids) AND dead_lettered
