@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -670,6 +671,18 @@ def _reading_delivery_log(engine: Engine, hold_s: float) -> threading.Thread:
     return thread
 
 
+@contextmanager
+def _at_0015(url: str) -> Iterator[tuple[Engine, uuid.UUID]]:
+    """The database at `url` migrated to 0015 (before 0016) with one reminder; its engine
+    and the reminder's id, the engine disposed at the end."""
+    upgrade(url, "0015")
+    engine = create_engine(url)
+    try:
+        yield engine, reminder(engine)
+    finally:
+        engine.dispose()
+
+
 def test_migration_0016_does_not_queue_writes_behind_a_long_transaction(
     fresh_database: str,
 ) -> None:
@@ -677,10 +690,7 @@ def test_migration_0016_does_not_queue_writes_behind_a_long_transaction(
     # for it, and every write queued behind that wait (8.5 s). Under lock_timeout the
     # drop gives up every LOCK_TIMEOUT and tries again, so a write waits at most about
     # that long; the migration finishes once the long transaction ends.
-    upgrade(fresh_database, "0015")
-    engine = create_engine(fresh_database)
-    try:
-        rid = reminder(engine)
+    with _at_0015(fresh_database) as (engine, rid):
         hold_s = 6.0
         reader = _reading_delivery_log(engine, hold_s)
         migrating = threading.Thread(target=upgrade, args=(fresh_database,))
@@ -700,8 +710,6 @@ def test_migration_0016_does_not_queue_writes_behind_a_long_transaction(
         with engine.connect() as conn:
             assert _foreign_keys(conn) == []
             assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0016"
-    finally:
-        engine.dispose()
 
 
 def test_migration_0016_never_deadlocks_a_writer_that_holds_reminders(
@@ -712,10 +720,7 @@ def test_migration_0016_never_deadlocks_a_writer_that_holds_reminders(
     # delivery row met a deadlock, which PostgreSQL ended by aborting the writer when the
     # writer had waited longer: here it waits behind the drop's queued lock, which waits
     # for a reader of delivery_log. Now the drop takes reminders without waiting.
-    upgrade(fresh_database, "0015")
-    engine = create_engine(fresh_database)
-    try:
-        rid = reminder(engine)
+    with _at_0015(fresh_database) as (engine, rid):
         outcome: list[object] = []
         holding = threading.Event()
 
@@ -747,5 +752,3 @@ def test_migration_0016_never_deadlocks_a_writer_that_holds_reminders(
         with engine.connect() as conn:
             assert _foreign_keys(conn) == []
             assert conn.execute(text("SELECT count(*) FROM delivery_log")).scalar_one() == 1
-    finally:
-        engine.dispose()

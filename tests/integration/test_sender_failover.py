@@ -318,24 +318,41 @@ def test_both_down_the_sender_stops_receiving_then_delivers_everything_once(
 # --- ambiguous timeouts -------------------------------------------------------------------
 
 
+def claim_one_due(db: Engine, queue: PostgresQueue) -> datetime:
+    """One one-time reminder due now, claimed into `queue`; returns that now (aware UTC)."""
+    now = datetime.now(UTC)
+    insert_due_reminders(db, 1, next_run_utc=now)
+    Coordinator(db, queue, lookahead_s=0, batch_size=10, worker_id="c").run_once(now)
+    return now
+
+
+def slow_primary(
+    start_fake: Callable[[int], FakeProvider], *faults: dict[str, object]
+) -> tuple[FakeProvider, FakeProvider, FailoverProvider]:
+    """A primary fake given `faults` (one per call), a healthy backup, and the failover
+    over them whose client gives up reading after 0.5 s (an answer later than that is an
+    ambiguous timeout)."""
+    primary, backup = start_fake(0), start_fake(0)
+    primary.inject(*faults)
+    return primary, backup, failover(primary.url, backup.url, fail_max=FAIL_MAX, read_timeout_s=0.5)
+
+
 def test_timeout_after_send_is_retried_on_the_primary_with_the_same_key_backup_never_called(
     db: Engine,
     queue: PostgresQueue,
     start_fake: Callable[[int], FakeProvider],
     make_sender: Callable[..., Sender],
 ) -> None:
-    primary, backup = start_fake(0), start_fake(0)
     # The first call is answered after 1.5 s (the client gives up at 0.5 s, after sending);
     # the retry takes 0.3 s, long enough to look at the row while it is in flight.
-    primary.inject({"kind": "timeout", "seconds": 1.5}, {"kind": "latency", "seconds": 0.3})
-    fp = failover(primary.url, backup.url, fail_max=FAIL_MAX, read_timeout_s=0.5)
+    primary, backup, fp = slow_primary(
+        start_fake, {"kind": "timeout", "seconds": 1.5}, {"kind": "latency", "seconds": 0.3}
+    )
     # A first send without a lease: leased at its first (ambiguous) failure, retried
     # in process under that lease (docs/design.md, "First sends without a lease").
     sender = make_sender(fp, RetryPolicy(attempts=4, base_s=0.02, max_wait_s=0.5, budget_s=60))
     assert sender.leaseless_first_send
-    now = datetime.now(UTC)
-    insert_due_reminders(db, 1, next_run_utc=now)
-    Coordinator(db, queue, lookahead_s=0, batch_size=10, worker_id="c").run_once(now)
+    now = claim_one_due(db, queue)
 
     result: list[TickResult] = []
     worker = threading.Thread(target=lambda: result.append(sender.run_once(now)))
@@ -370,14 +387,10 @@ def test_an_ambiguous_first_send_without_a_lease_is_retried_on_its_provider_only
     # A first send without a lease whose one allowed call fails ambiguously: leased at
     # that failure, its row released naming the primary, and the next receive goes to
     # the primary only, with the same key. docs/design.md, "First sends without a lease".
-    primary, backup = start_fake(0), start_fake(0)
-    primary.inject({"kind": "timeout", "seconds": 1.5})
-    fp = failover(primary.url, backup.url, fail_max=FAIL_MAX, read_timeout_s=0.5)
+    primary, backup, fp = slow_primary(start_fake, {"kind": "timeout", "seconds": 1.5})
     sender = make_sender(fp, RetryPolicy(attempts=1, base_s=0.02, max_wait_s=0.5, budget_s=60))
     assert sender.leaseless_first_send
-    now = datetime.now(UTC)
-    insert_due_reminders(db, 1, next_run_utc=now)
-    Coordinator(db, queue, lookahead_s=0, batch_size=10, worker_id="c").run_once(now)
+    now = claim_one_due(db, queue)
 
     assert sender.run_once(now).counts == {"retry": 1}
     ((key, released),) = deliveries(db).items()
@@ -400,9 +413,7 @@ def test_a_worker_taking_over_an_ambiguous_row_sends_only_to_the_provider_it_nam
     primary_state: str,
 ) -> None:
     primary, backup = start_fake(0), start_fake(0)
-    now = datetime.now(UTC)
-    insert_due_reminders(db, 1, next_run_utc=now)
-    Coordinator(db, queue, lookahead_s=0, batch_size=10, worker_id="c").run_once(now)
+    now = claim_one_due(db, queue)
 
     # Worker A: one attempt, which reaches the primary and times out (the primary takes
     # the message 0.6 s later); A gives the row and the message back.
