@@ -55,6 +55,10 @@ from psycopg import errors
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
+from migrations.online import index_state as _index
+from migrations.online import locking as _locking
+from migrations.online import scalar as _scalar
+
 revision: str = "0016"
 down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
@@ -64,62 +68,8 @@ INDEX = "ix_delivery_log_provider_message"
 NEW = "ix_delivery_log_provider_message_new"
 FK = "fk_delivery_log_reminder_id_reminders"
 COLUMNS = "(provider, provider_message_id) WHERE provider_message_id IS NOT NULL"
-#: How long a statement waits for a lock before it gives up and is tried again.
-LOCK_TIMEOUT = "2s"
-#: Tries of one such transaction (the pauses between them add up to about 9 minutes).
-LOCK_ATTEMPTS = 60
 #: Passes over the partitions (retention may make or drop one during a pass).
 PASSES = 5
-
-
-def _scalar(sql: str, **params: object) -> object:
-    return op.get_bind().execute(text(sql), params).scalar()
-
-
-def _locking(*statements: str) -> None:
-    """Run `statements` in one transaction of their own under LOCK_TIMEOUT (a statement may
-    set a shorter one with SET LOCAL), the whole again after a lock timeout or a deadlock,
-    up to LOCK_ATTEMPTS times, after a pause that doubles from 0.25 s to 10 s: behind a
-    long transaction, writes queued behind a try wait at most about LOCK_TIMEOUT and then
-    flow until the next try.
-
-    Raises:
-        sqlalchemy.exc.OperationalError: still no lock after the last try, or another error.
-    """
-    bind = op.get_bind()
-    for attempt in range(1, LOCK_ATTEMPTS + 1):
-        bind.execute(text("BEGIN"))
-        try:
-            bind.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-            for sql in statements:
-                bind.execute(text(sql))
-            bind.execute(text("COMMIT"))
-            return
-        except OperationalError as exc:
-            bind.execute(text("ROLLBACK"))
-            lock_error = isinstance(exc.orig, errors.LockNotAvailable | errors.DeadlockDetected)
-            if not lock_error or attempt == LOCK_ATTEMPTS:
-                raise
-            time.sleep(min(0.25 * 2 ** (attempt - 1), 10.0))
-        except BaseException:
-            bind.execute(text("ROLLBACK"))
-            raise
-
-
-def _index(name: str) -> tuple[bool, bool] | None:
-    """(valid, partial) of index `name`, None when there is none."""
-    row = (
-        op.get_bind()
-        .execute(
-            text(
-                "SELECT i.indisvalid, i.indpred IS NOT NULL FROM pg_index i"
-                " JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = :name"
-            ),
-            {"name": name},
-        )
-        .one_or_none()
-    )
-    return None if row is None else (bool(row[0]), bool(row[1]))
 
 
 def _unindexed_partitions() -> list[str]:

@@ -127,7 +127,16 @@ class Reminder(Base):
             "(status = 'claimed') = (claimed_by IS NOT NULL AND claimed_at IS NOT NULL)",
             name="claim_fields",
         ),
-        UniqueConstraint("user_id", "client_request_id"),
+        # The create's idempotency key, unique per user; partial, so that a reminder
+        # without a key (most) costs no entry in it on each claim and completion
+        # (migration 0017; the creates' ON CONFLICT names the predicate).
+        Index(
+            "uq_reminders_user_id_client_request_id",
+            "user_id",
+            "client_request_id",
+            unique=True,
+            postgresql_where=text("client_request_id IS NOT NULL"),
+        ),
         # The coordinator's claim scans only due pending rows (docs/design.md,
         # "Data model").
         Index(

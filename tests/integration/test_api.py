@@ -377,15 +377,14 @@ def test_idempotency_key_header_works_like_the_body_field(
     assert row(db, first.json()["id"]).client_request_id == "hdr-1"
 
 
-def test_idempotent_creates_also_work_on_a_partial_unique_key_index(
+def test_idempotent_creates_also_work_on_the_full_unique_key_constraint(
     admin_url: str, template_database: str, settings: Settings, token_for: TokenFor
 ) -> None:
-    # The create's conflict target names its predicate so that a later migration can
-    # replace the unique constraint by a partial index (WHERE client_request_id IS NOT
-    # NULL) while this code runs: without the predicate, PostgreSQL finds no arbiter
-    # for the partial index and every create fails ("there is no unique or exclusion
-    # constraint matching the ON CONFLICT specification").
-    with fresh_database(admin_url, "reminders_partial_key", template=template_database) as (
+    # Since migration 0017 the key is unique by a partial index (WHERE
+    # client_request_id IS NOT NULL), which every other test of this file runs on; the
+    # create's conflict target names that predicate, which infers the full constraint of
+    # the schema before 0017 too (a downgrade, or this code before the migration ran).
+    with fresh_database(admin_url, "reminders_full_key", template=template_database) as (
         url,
         _,
     ):
@@ -394,11 +393,10 @@ def test_idempotent_creates_also_work_on_a_partial_unique_key_index(
             with engine.begin() as conn:
                 conn.execute(
                     text(
-                        "ALTER TABLE reminders DROP CONSTRAINT"
-                        " uq_reminders_user_id_client_request_id;"
-                        " CREATE UNIQUE INDEX uq_reminders_user_id_client_request_id"
-                        " ON reminders (user_id, client_request_id)"
-                        " WHERE client_request_id IS NOT NULL"
+                        "DROP INDEX uq_reminders_user_id_client_request_id;"
+                        " ALTER TABLE reminders ADD CONSTRAINT"
+                        " uq_reminders_user_id_client_request_id"
+                        " UNIQUE (user_id, client_request_id)"
                     )
                 )
             with TestClient(build_app(settings, engine, Clock(NOW))) as client:

@@ -31,6 +31,7 @@ from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from reminder_core.store import delivery_log
 from tests.integration.helpers import insert_due_reminders
+from tests.support.locks import reading
 from tests.support.maintenance import make_maintainer
 from tests.support.sending import Clock, CountingProvider, make_sender
 from tests.support.workloads import fresh_database as empty_database
@@ -654,23 +655,6 @@ def test_migration_0016_interrupted_is_finished_by_running_it_again(fresh_databa
         engine.dispose()
 
 
-def _reading_delivery_log(engine: Engine, hold_s: float) -> threading.Thread:
-    """A started thread whose transaction has read delivery_log (so holds its ACCESS
-    SHARE lock) and stays open for `hold_s` seconds; returned once the read is done."""
-    read = threading.Event()
-
-    def reader() -> None:
-        with engine.begin() as conn:
-            conn.execute(text("SELECT count(*) FROM delivery_log"))
-            read.set()
-            time.sleep(hold_s)
-
-    thread = threading.Thread(target=reader)
-    thread.start()
-    assert read.wait(5)
-    return thread
-
-
 @contextmanager
 def _at_0015(url: str) -> Iterator[tuple[Engine, uuid.UUID]]:
     """The database at `url` migrated to 0015 (before 0016) with one reminder; its engine
@@ -692,8 +676,8 @@ def test_migration_0016_does_not_queue_writes_behind_a_long_transaction(
     # that long; the migration finishes once the long transaction ends.
     with _at_0015(fresh_database) as (engine, rid):
         hold_s = 6.0
-        reader = _reading_delivery_log(engine, hold_s)
-        migrating = threading.Thread(target=upgrade, args=(fresh_database,))
+        reader = reading(engine, "delivery_log", hold_s)
+        migrating = threading.Thread(target=upgrade, args=(fresh_database, "0016"))
         started = time.monotonic()
         migrating.start()
         time.sleep(1.0)  # the drop is waiting for the reader now
@@ -742,10 +726,10 @@ def test_migration_0016_never_deadlocks_a_writer_that_holds_reminders(
                 outcome.append(exc)
 
         # The drop gets delivery_log once this reader ends.
-        threads = [_reading_delivery_log(engine, 1.5), threading.Thread(target=writer)]
+        threads = [reading(engine, "delivery_log", 1.5), threading.Thread(target=writer)]
         threads[1].start()
         holding.wait(5)
-        upgrade(fresh_database)
+        upgrade(fresh_database, "0016")
         for thread in threads:
             thread.join(30)
         assert outcome == ["committed"]
