@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from reminder_core.record import record
 
 
 class MalformedMessage(ValueError):
     """A message body that is not an occurrence message (a poison message)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OccurrenceMessage:
     """Which occurrence of which reminder is due.
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -21,6 +20,7 @@ from reminder_core.errors import InfrastructureError, InvalidSchedule
 from reminder_core.logging import delivery_fields
 from reminder_core.messages import OccurrenceMessage
 from reminder_core.profiles import Profile, ProfileSource
+from reminder_core.record import record
 from reminder_core.scheduling import ScheduleConfig, schedule_of, stored_of, zone_or_none
 from reminder_core.services import reminders as reminder_services
 from reminder_core.store import delivery_log, reminders
@@ -37,7 +37,7 @@ from sender.providers.base import SendReceipt
 from sender.work import Begun, Decided, Outcome, Received, held_for, log
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Terminal:
     """An occurrence to record terminal without a provider call; `received` is None for
     an older occurrence the misfire policy records `missed`."""
@@ -64,7 +64,7 @@ def _terminal_key(t: _Terminal) -> tuple[uuid.UUID, datetime]:
     return (t.delivery.reminder_id, t.delivery.run_time_utc)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _ToTake:
     """An occurrence to lease: the misfire plan chose `chosen`."""
 

@@ -27,6 +27,7 @@ from tenacity import (
 
 from reminder_core.domain.states import DeliveryStatus
 from reminder_core.metrics import COMPLETER_FLUSHED, COMPLETER_FLUSHES, COMPLETER_WAIT
+from reminder_core.record import record
 from reminder_core.store import delivery_log
 from reminder_core.store.delivery_log import DeliveryOutcome
 from sender.work import Outcome, SendResult, log
@@ -52,7 +53,7 @@ class FlushFailed(Exception):
     next receiver takes them over (a possible duplicate, counted)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Recorded:
     """A send whose outcome the completer wrote (or found it could not: `recorded` False
     means the row's lease was taken over or the row was ended by someone else); with

@@ -6,7 +6,6 @@ import functools
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from zoneinfo import ZoneInfo
 import jinja2
 
 from reminder_core.errors import PermanentDeliveryError
+from reminder_core.record import record
 
 _WS = re.compile(r"\s+")
 MAX_SUBJECT = 250
@@ -22,7 +22,7 @@ MAX_SUBJECT = 250
 TIMES_KEPT = 4096
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RenderedEmail:
     """Subject (one line), plain-text part and HTML part."""
 

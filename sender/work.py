@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from enum import StrEnum
 from zoneinfo import ZoneInfo
@@ -20,6 +20,7 @@ from reminder_core.domain.localtime import idempotency_key
 from reminder_core.messages import OccurrenceMessage
 from reminder_core.profiles import Profile
 from reminder_core.queue import Message
+from reminder_core.record import record
 from reminder_core.store.delivery_log import DeliveryLease
 from reminder_core.store.reminders import ReminderForSend
 from sender.providers.base import SendReceipt
@@ -53,7 +54,7 @@ class Outcome(StrEnum):
 HANDED_BACK = frozenset({Outcome.RETRY, Outcome.RELEASED, Outcome.BUSY, Outcome.HELD})
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Received:
     """A received message whose body decoded, the only copy of its occurrence in the
     batch (receive stage)."""
@@ -70,7 +71,7 @@ def held_for(reminder: ReminderForSend, chosen: datetime) -> datetime | None:
     return held if held is not None and held > chosen else None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Begun:
     """An occurrence this sender holds: its `sending` row is leased to `lease_token`, or,
     for a first send without a lease (`leaseless`: lease_token None), the message's
@@ -151,7 +152,7 @@ class Begun:
         return self.received.occurrence
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SendResult:
     """What the execute stage learned of one Begun occurrence; the completer records it.
 
@@ -183,7 +184,7 @@ class SendResult:
     withdrawn: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Decided:
     """A message whose outcome is known: what the settle stage needs.
 

@@ -24,6 +24,13 @@ constraint is dropped and the index renamed in one short transaction under `lock
 a killed build left is dropped and built again; the constraint goes only once the new
 index is valid.
 
+While the index is being built (and while a killed build's invalid index is left), a
+keyed insert that meets a concurrent insert of the same key can fail with a unique
+violation on it instead of doing nothing: PostgreSQL checks an index under construction
+but does not arbitrate ON CONFLICT with it. The API's creates of one user are serialised
+(the `live_reminder_bounds` row lock), so they do not meet this; a tool that inserts
+keyed reminders by itself should not run during the migration (trial finding).
+
 Rolling upgrade: code since the creates named the predicate runs on either schema; code
 before it (never released) fails every keyed and unkeyed create on the new schema ("no
 unique or exclusion constraint matching the ON CONFLICT specification") until it is
@@ -31,6 +38,10 @@ replaced.
 
 Downgrade: builds the full unique index concurrently and makes it the constraint again
 (`ADD CONSTRAINT ... UNIQUE USING INDEX`, a moment under the same lock discipline).
+Interrupted, the version stays 0017 and the full index `..._new` may be left, being built
+or invalid, costing every write its entries (trial finding): run the downgrade again, or
+drop it (`DROP INDEX CONCURRENTLY uq_reminders_user_id_client_request_id_new`) to stay at
+0017; `alembic check` names it.
 """
 
 from __future__ import annotations

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
+
+from reminder_core.record import record
 
 MisfirePolicy = Literal["latest", "skip", "all"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MisfirePlan:
     """send: the occurrence to send now (None: nothing); missed: occurrences to record."""
 

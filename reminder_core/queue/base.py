@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from reminder_core.record import record
 
-@dataclass(frozen=True, slots=True)
+
+@record
 class Message:
     """One received message.
 

@@ -13,6 +13,7 @@ from enum import StrEnum
 from sqlalchemy import Connection
 
 from reminder_core.domain.states import DeliveryStatus
+from reminder_core.record import record
 from reminder_core.store._statements import json_rows, query, records, run
 
 # --- Shared reads ------------------------------------------------------------------------------
@@ -76,7 +77,7 @@ def list_page(
 OccurrenceKey = tuple[uuid.UUID, datetime]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeliveryLease:
     """A `sending` row as its lease holder names it: the row (`id`, and `run_time_utc`,
     aware UTC, its partition) and the holder's fencing token."""
@@ -86,7 +87,7 @@ class DeliveryLease:
     lease_token: uuid.UUID
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeliveryToBegin:
     """An occurrence to take (`begin_many`) under the fresh lease token `lease_token`
     (`run_time_utc` aware UTC); `held_until` (aware UTC) when its user's quiet hours held
@@ -99,7 +100,7 @@ class DeliveryToBegin:
     held_until: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeliveryTaken:
     """A row `begin_many` took, named by the lease token it now carries.
 
@@ -134,7 +135,7 @@ class TerminalDelivery:
     error: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeliveryOutcome:
     """What the completer writes for one send (`complete_many`), fenced by its lease.
 

@@ -13,10 +13,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from reminder_core.record import record
 from reminder_core.store._statements import id_array, json_rows, query, records, run
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReceivedMessage:
     """One message as a receive left it: invisible, with a fresh receipt handle.
 

@@ -17,6 +17,7 @@ from reminder_core.domain.localtime import Ambiguous, Nonexistent
 from reminder_core.domain.misfire import MisfirePolicy
 from reminder_core.domain.recurrence import CountProgress
 from reminder_core.domain.states import ReminderStatus
+from reminder_core.record import record
 from reminder_core.store._statements import Rows, id_array, json_rows, query, records, run
 from reminder_core.store.outbox import OutboxRow
 from reminder_core.store.rate_limits import RateTake, Taken
@@ -486,7 +487,7 @@ def backlog(conn: Connection, *, now: datetime) -> BacklogReading:
 # --- Sender: read for send, lock and advance ---------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReminderForSend:
     """A reminder as the sender's begin stage reads it (`get_many_for_send`): what it
     decides on (status, next_run_utc, misfire policy, suppression pause), renders

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from reminder_core.record import record
 
-@dataclass(frozen=True, slots=True)
+
+@record
 class OutgoingEmail:
     """A rendered email, ready for a provider.
 
@@ -29,7 +30,7 @@ class OutgoingEmail:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SendReceipt:
     """What the provider said: its name and the id it gave the message."""
 

@@ -10,7 +10,7 @@ Expected instants come from RFC 5545 §3.3.5's worked examples:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -139,6 +139,11 @@ def test_idempotency_key_is_stable_and_utc() -> None:
     paris = datetime(2026, 12, 1, 10, 0, tzinfo=ZoneInfo("Europe/Paris"))
     assert idempotency_key(rid, paris) == f"{rid}-20261201T090000Z"
     assert idempotency_key(rid, paris) == idempotency_key(rid, paris.astimezone(UTC))
+    # A fixed offset and the zone database's own UTC name the same instant the same way.
+    eastern = datetime(2026, 12, 1, 4, 0, tzinfo=timezone(timedelta(hours=-5)))
+    assert idempotency_key(rid, eastern) == f"{rid}-20261201T090000Z"
+    zoned_utc = datetime(2026, 12, 1, 9, 0, 59, 999999, tzinfo=ZoneInfo("UTC"))
+    assert idempotency_key(rid, zoned_utc) == f"{rid}-20261201T090059Z"
 
 
 def test_an_idempotency_key_names_its_occurrence_back() -> None:
