@@ -127,7 +127,7 @@ class PostgresQueue:
             Message(
                 message_id=str(m.id),
                 body=_body(m.body_json),
-                receipt_handle=str(m.receipt_handle),
+                receipt_handle=m.receipt_handle,
                 receive_count=m.receive_count,
             )
             for m in received
@@ -136,9 +136,8 @@ class PostgresQueue:
     def delete(self, receipt_handles: Sequence[str]) -> None:
         if not receipt_handles:
             return
-        handles = [uuid.UUID(h) for h in receipt_handles]
         with self._engine.begin() as conn:
-            queue_messages.delete_many(conn, queue=self.name, receipt_handles=handles)
+            queue_messages.delete_many(conn, queue=self.name, receipt_handles=receipt_handles)
 
     def change_visibility(self, receipt_handle: str, *, now: datetime, timeout_s: float) -> None:
         with self._engine.begin() as conn:

@@ -14,7 +14,13 @@ from typing import Any
 from sqlalchemy import Connection
 
 from reminder_core.record import record
-from reminder_core.store._statements import id_array, json_rows, query, records, run
+from reminder_core.store._statements import (
+    json_rows,
+    query,
+    records,
+    run,
+    uuid_text_array,
+)
 
 
 @record
@@ -26,14 +32,15 @@ class ReceivedMessage:
         body_json: the JSON object that was sent, as text (decoded by the queue after
             the receive commits, so that a body that is no object still counts as
             received).
-        receipt_handle: the handle of this receive (a stale one deletes nothing).
+        receipt_handle: the handle of this receive (a stale one deletes nothing), the
+            UUID as text (what `Message.receipt_handle` carries: no UUID object made).
         receive_count: receives so far, this one included (>= 1).
         created_at: aware UTC, when it was sent.
     """
 
     id: int
     body_json: str
-    receipt_handle: uuid.UUID
+    receipt_handle: str
     receive_count: int
     created_at: datetime
 
@@ -122,14 +129,18 @@ def receive(
     return sorted(records(ReceivedMessage, result), key=lambda m: (m.created_at, m.id))
 
 
-def delete_many(conn: Connection, *, queue: str, receipt_handles: Iterable[uuid.UUID]) -> None:
-    """Delete the messages whose current receipt handle is one of `receipt_handles`; a
-    stale handle (the message was received again since) deletes nothing
-    (`queue_message_delete_many`)."""
+def delete_many(conn: Connection, *, queue: str, receipt_handles: Iterable[str]) -> None:
+    """Delete the messages whose current receipt handle is one of `receipt_handles` (UUIDs
+    as text, as `receive` gives them); a stale handle (the message was received again
+    since) deletes nothing (`queue_message_delete_many`).
+
+    Raises:
+        ValueError: a handle is no UUID (nothing is deleted).
+    """
     run(
         conn,
         query("queue_message_delete_many"),
-        {"queue": queue, "handles": id_array(receipt_handles)},
+        {"queue": queue, "handles": uuid_text_array(receipt_handles)},
     )
 
 

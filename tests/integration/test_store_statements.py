@@ -27,7 +27,7 @@ from sqlalchemy.exc import (
 
 from reminder_core.db.session import make_engine
 from reminder_core.store import reminders
-from reminder_core.store._statements import Rows, id_array, query, run
+from reminder_core.store._statements import Rows, id_array, query, run, uuid_text_array
 
 
 def table_columns(db: Engine, table: str) -> list[str]:
@@ -315,3 +315,31 @@ def test_id_array_is_an_array_literal_postgresql_reads_back(db: Engine, kind: st
 def test_id_array_refuses_what_is_no_uuid_or_int(bad: object) -> None:
     with pytest.raises(TypeError, match="id_array takes UUIDs and integers"):
         id_array([uuid.uuid4(), bad])
+
+
+def test_uuid_text_array_is_read_back_as_the_uuids_it_names(db: Engine) -> None:
+    # RFC 9562 §4: the text form is hexadecimal digits in 8-4-4-4-12 groups, either case.
+    values = [uuid.uuid4() for _ in range(3)] + [uuid.UUID(int=0)]
+    texts = [str(values[0]), str(values[1]).upper(), str(values[2]), str(values[3])]
+    with db.connect() as conn:
+        back = conn.execute(
+            text("SELECT CAST(:ids AS uuid[])"), {"ids": uuid_text_array(texts)}
+        ).scalar_one()
+    assert back == values
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "0192a4b5-6c7d-7e8f-9a0b-1c2d3e4f5a6",  # a digit short
+        "0192a4b5-6c7d-7e8f-9a0b-1c2d3e4f5a6bb",  # a digit more
+        "0192a4b56c7d7e8f9a0b1c2d3e4f5a6b",  # no hyphens: PostgreSQL reads it, we do not
+        '0192a4b5-6c7d-7e8f-9a0b-1c2d3e4f5a6"',  # a quote: would end the element
+        "{0192a4b5-6c7d-7e8f-9a0b-1c2d3e4f5a6b}",
+        uuid.UUID(int=1),  # an object, not its text
+    ],
+)
+def test_uuid_text_array_refuses_what_is_no_uuid_text(bad: object) -> None:
+    with pytest.raises(ValueError, match="not a UUID"):
+        uuid_text_array([str(uuid.uuid4()), bad])  # type: ignore[list-item]

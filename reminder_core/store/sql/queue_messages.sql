@@ -35,7 +35,8 @@ SET receive_count = q.receive_count + 1,
     receipt_handle = gen_random_uuid()
 FROM candidates AS c
 WHERE q.id = c.id AND c.receive_count < :max_receive_count
-RETURNING q.id, q.body::text AS body_json, q.receipt_handle, q.receive_count, q.created_at;
+RETURNING q.id, q.body::text AS body_json, q.receipt_handle::text AS receipt_handle,
+    q.receive_count, q.created_at;
 
 -- name: queue_message_delete_many
 DELETE FROM queue_messages
