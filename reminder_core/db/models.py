@@ -255,6 +255,8 @@ class QueueMessage(Base):
     body: Mapped[dict[str, Any]] = mapped_column(JSONB)
     visible_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     receive_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    # The token of the current receive's handle ("<id>.<token>"): statements find a
+    # message by its id and check the token, so it has no index (migration 0018).
     receipt_handle: Mapped[uuid.UUID | None] = mapped_column(UUID)
     dead_lettered: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     dead_lettered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -275,12 +277,6 @@ class QueueMessage(Base):
             "queue_name",
             "dead_lettered_at",
             postgresql_where=text("dead_lettered"),
-        ),
-        Index(
-            "ix_queue_messages_receipt_handle",
-            "receipt_handle",
-            unique=True,
-            postgresql_where=text("receipt_handle IS NOT NULL"),
         ),
         Index(
             "ix_queue_messages_dlq_unrecorded",

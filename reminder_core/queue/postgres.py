@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -144,7 +143,7 @@ class PostgresQueue:
             queue_messages.change_visibility(
                 conn,
                 queue=self.name,
-                receipt_handle=uuid.UUID(receipt_handle),
+                receipt_handle=receipt_handle,
                 now=now,
                 timeout_s=timeout_s,
             )
@@ -158,7 +157,7 @@ class PostgresQueue:
             queue_messages.change_visibility_many(
                 conn,
                 queue=self.name,
-                changes=[(uuid.UUID(h), t) for h, t in changes],
+                changes=changes,
                 now=now,
             )
 

@@ -5,6 +5,7 @@ function runs on the caller's `Connection` and never commits; `queue` names the 
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from sqlalchemy import Connection
 
 from reminder_core.record import record
 from reminder_core.store._statements import (
+    id_array,
     json_rows,
     query,
     records,
@@ -32,8 +34,9 @@ class ReceivedMessage:
         body_json: the JSON object that was sent, as text (decoded by the queue after
             the receive commits, so that a body that is no object still counts as
             received).
-        receipt_handle: the handle of this receive (a stale one deletes nothing), the
-            UUID as text (what `Message.receipt_handle` carries: no UUID object made).
+        receipt_handle: the handle of this receive (a stale one deletes nothing):
+            "<id>.<token>", the row's id and this receive's random token (a UUID), as
+            `Message.receipt_handle` carries it (`split_receipt_handles` parts it).
         receive_count: receives so far, this one included (>= 1).
         created_at: aware UTC, when it was sent.
     """
@@ -129,47 +132,83 @@ def receive(
     return sorted(records(ReceivedMessage, result), key=lambda m: (m.created_at, m.id))
 
 
-def delete_many(conn: Connection, *, queue: str, receipt_handles: Iterable[str]) -> None:
-    """Delete the messages whose current receipt handle is one of `receipt_handles` (UUIDs
-    as text, as `receive` gives them); a stale handle (the message was received again
-    since) deletes nothing (`queue_message_delete_many`).
+#: A receipt handle of this queue: "<id>.<token>" (`receive`).
+_HANDLE = re.compile(r"([0-9]{1,19})\.([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})")
+
+
+def split_receipt_handle(handle: str) -> tuple[int, str]:
+    """(row id, token) of a receipt handle `receive` gave.
 
     Raises:
-        ValueError: a handle is no UUID (nothing is deleted).
+        ValueError: `handle` is not one of this queue's handles (e.g. an SQS one).
     """
+    match = _HANDLE.fullmatch(handle) if type(handle) is str else None
+    if match is None:
+        raise ValueError(f"not a receipt handle of the PostgreSQL queue: {handle!r}")
+    return int(match[1]), match[2]
+
+
+def delete_many(conn: Connection, *, queue: str, receipt_handles: Iterable[str]) -> None:
+    """Delete the messages whose current receipt handle is one of `receipt_handles` (as
+    `receive` gave them); a stale handle (the message was received again since) deletes
+    nothing (`queue_message_delete_many`: by primary key, the token checked).
+
+    Raises:
+        ValueError: a handle is not one of this queue's (nothing is deleted).
+    """
+    parts = [split_receipt_handle(h) for h in receipt_handles]
     run(
         conn,
         query("queue_message_delete_many"),
-        {"queue": queue, "handles": uuid_text_array(receipt_handles)},
+        {
+            "queue": queue,
+            "ids": id_array([i for i, _ in parts]),
+            "tokens": uuid_text_array([t for _, t in parts]),
+        },
     )
 
 
 def change_visibility(
-    conn: Connection, *, queue: str, receipt_handle: uuid.UUID, now: datetime, timeout_s: float
+    conn: Connection, *, queue: str, receipt_handle: str, now: datetime, timeout_s: float
 ) -> None:
     """Make the message of `receipt_handle` visible `timeout_s` seconds after `now` (aware
     UTC; 0: visible now); a stale handle or a dead letter changes nothing
-    (`queue_message_change_visibility`)."""
+    (`queue_message_change_visibility`).
+
+    Raises:
+        ValueError: the handle is not one of this queue's.
+    """
+    message_id, token = split_receipt_handle(receipt_handle)
     run(
         conn,
         query("queue_message_change_visibility"),
-        {"queue": queue, "handle": receipt_handle, "now": now, "timeout_s": float(timeout_s)},
+        {
+            "queue": queue,
+            "id": message_id,
+            "token": uuid.UUID(token),
+            "now": now,
+            "timeout_s": float(timeout_s),
+        },
     )
 
 
 def change_visibility_many(
-    conn: Connection, *, queue: str, changes: Iterable[tuple[uuid.UUID, float]], now: datetime
+    conn: Connection, *, queue: str, changes: Iterable[tuple[str, float]], now: datetime
 ) -> None:
     """`change_visibility` for many messages in one statement: (receipt handle, timeout in
-    seconds after `now`) pairs (`queue_message_change_visibility_many`)."""
+    seconds after `now`) pairs (`queue_message_change_visibility_many`).
+
+    Raises:
+        ValueError: a handle is not one of this queue's (nothing is changed).
+    """
+    rows = []
+    for handle, timeout_s in changes:
+        message_id, token = split_receipt_handle(handle)
+        rows.append({"id": message_id, "token": token, "timeout_s": float(timeout_s)})
     run(
         conn,
         query("queue_message_change_visibility_many"),
-        {
-            "queue": queue,
-            "rows": json_rows({"handle": h, "timeout_s": float(t)} for h, t in changes),
-            "now": now,
-        },
+        {"queue": queue, "rows": json_rows(rows), "now": now},
     )
 
 

@@ -14,7 +14,10 @@ ORDER BY n;
 -- name: queue_message_receive
 -- Like SQS ReceiveMessage: a visible message whose receive count already reached the
 -- maximum is moved to the DLQ instead of being returned; the others become invisible for
--- :visibility_timeout_s and get a fresh receipt handle (a stale receiver cannot delete).
+-- :visibility_timeout_s and get a fresh receipt handle (a stale receiver cannot delete):
+-- "<id>.<uuid>", the row's id and a random token; the statements that take a handle
+-- find the row by its id (the primary key) and check the token, so the token needs no
+-- index of its own (migration 0018).
 WITH candidates AS (
     SELECT id, receive_count
     FROM queue_messages
@@ -35,24 +38,27 @@ SET receive_count = q.receive_count + 1,
     receipt_handle = gen_random_uuid()
 FROM candidates AS c
 WHERE q.id = c.id AND c.receive_count < :max_receive_count
-RETURNING q.id, q.body::text AS body_json, q.receipt_handle::text AS receipt_handle,
-    q.receive_count, q.created_at;
+RETURNING q.id, q.body::text AS body_json,
+    q.id::text || '.' || q.receipt_handle::text AS receipt_handle, q.receive_count, q.created_at;
 
 -- name: queue_message_delete_many
-DELETE FROM queue_messages
-WHERE queue_name = :queue AND receipt_handle = ANY(CAST(:handles AS uuid[]));
+-- :ids and :tokens: the two halves of each receipt handle, in the same order.
+DELETE FROM queue_messages AS q
+USING unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+WHERE q.queue_name = :queue AND q.id = h.id AND q.receipt_handle = h.token;
 
 -- name: queue_message_change_visibility
 UPDATE queue_messages
 SET visible_at = :now + make_interval(secs => :timeout_s)
-WHERE queue_name = :queue AND receipt_handle = :handle AND NOT dead_lettered;
+WHERE queue_name = :queue AND id = :id AND receipt_handle = :token AND NOT dead_lettered;
 
 -- name: queue_message_change_visibility_many
--- (receipt handle, timeout) pairs as JSON rows (store/_statements.json_rows).
+-- (receipt handle's id and token, timeout) rows as JSON (store/_statements.json_rows).
 UPDATE queue_messages AS q
 SET visible_at = :now + make_interval(secs => c.timeout_s)
-FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS c(handle uuid, timeout_s float8)
-WHERE q.queue_name = :queue AND q.receipt_handle = c.handle AND NOT q.dead_lettered;
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS c(id bigint, token uuid, timeout_s float8)
+WHERE q.queue_name = :queue AND q.id = c.id AND q.receipt_handle = c.token
+  AND NOT q.dead_lettered;
 
 -- name: queue_message_depth
 SELECT

@@ -1,4 +1,5 @@
-"""Migration 0017: the create's idempotency key is unique by a partial index (issue 15).
+"""Migrations 0017 (the create's idempotency key unique by a partial index) and 0018 (no
+index on queue receipt handles), issue 15.
 
 Against a real PostgreSQL database of its own, migrated step by step.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import Connection, Engine, create_engine, text
@@ -77,7 +79,7 @@ def test_migration_0017_makes_the_key_unique_by_a_partial_index_and_back(
             before = conn.execute(text("SELECT * FROM reminders ORDER BY id")).all()
             assert _key_index(conn) == [_full()]
 
-        upgrade(fresh_database)
+        upgrade(fresh_database)  # 0017, and 0018 (which leaves reminders alone)
         with engine.begin() as conn:
             assert conn.execute(text("SELECT * FROM reminders ORDER BY id")).all() == before
             (name, definition, valid, _) = _full()
@@ -121,8 +123,8 @@ def test_migration_0017_interrupted_is_finished_by_running_it_again(
             ).scalar_one()
             assert invalid  # ... and leaves its index behind, invalid
 
-        upgrade(fresh_database)
-        upgrade(fresh_database)  # and once more: nothing left to do
+        upgrade(fresh_database, "0017")
+        upgrade(fresh_database, "0017")  # and once more: nothing left to do
         with engine.connect() as conn:
             indexes = _key_index(conn)
             assert [(name, valid, constraint) for name, _, valid, constraint in indexes] == [
@@ -147,7 +149,7 @@ def test_migration_0017_does_not_queue_writes_behind_a_long_transaction(
     try:
         hold_s = 6.0
         reader = reading(engine, "reminders", hold_s)
-        migrating = threading.Thread(target=upgrade, args=(fresh_database,))
+        migrating = threading.Thread(target=upgrade, args=(fresh_database, "0017"))
         started = time.monotonic()
         migrating.start()
         waits = []
@@ -166,5 +168,50 @@ def test_migration_0017_does_not_queue_writes_behind_a_long_transaction(
             assert [r[0] for r in _key_index(conn)] == [NAME]
             assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0017"
             assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 4
+    finally:
+        engine.dispose()
+
+
+def _handle_indexes(conn: Connection) -> list[str]:
+    """Definitions of the indexes of queue_messages on receipt_handle."""
+    rows = conn.execute(
+        text(
+            "SELECT pg_get_indexdef(indexrelid) FROM pg_index"
+            " WHERE indrelid = 'queue_messages'::regclass"
+            "   AND pg_get_indexdef(indexrelid) LIKE '%(receipt_handle)%'"
+        )
+    ).scalars()
+    return [str(r) for r in rows]
+
+
+def test_migration_0018_drops_the_receipt_handle_index_and_back(fresh_database: str) -> None:
+    from alembic import command
+
+    from reminder_core.queue import PostgresQueue
+
+    upgrade(fresh_database, "0017")
+    engine = create_engine(fresh_database)
+    try:
+        with engine.connect() as conn:
+            assert len(_handle_indexes(conn)) == 1
+        upgrade(fresh_database)
+        with engine.connect() as conn:
+            assert _handle_indexes(conn) == []
+        command.check(alembic_config(fresh_database))
+        # The queue works on the new schema: a handle deletes its message by id.
+        queue = PostgresQueue(engine, name="m18", max_receive_count=5)
+        now = datetime.now(UTC)
+        queue.send_batch([{"n": 1}], now=now, delays_s=[0])
+        (message,) = queue.receive(now=now, max_messages=1, visibility_timeout_s=60)
+        queue.delete([message.receipt_handle])
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM queue_messages")).scalar_one() == 0
+
+        command.downgrade(alembic_config(fresh_database), "0017")
+        with engine.connect() as conn:
+            assert _handle_indexes(conn) == [
+                "CREATE UNIQUE INDEX ix_queue_messages_receipt_handle ON public.queue_messages"
+                " USING btree (receipt_handle) WHERE (receipt_handle IS NOT NULL)"
+            ]
     finally:
         engine.dispose()
