@@ -132,6 +132,8 @@ def receive(
     return sorted(records(ReceivedMessage, result), key=lambda m: (m.created_at, m.id))
 
 
+#: The largest message id (queue_messages.id is a bigint).
+MAX_ID = 2**63 - 1
 #: A receipt handle of this queue: "<id>.<token>" (`receive`).
 _HANDLE = re.compile(r"([0-9]{1,19})\.([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})")
 
@@ -143,7 +145,7 @@ def split_receipt_handle(handle: str) -> tuple[int, str]:
         ValueError: `handle` is not one of this queue's handles (e.g. an SQS one).
     """
     match = _HANDLE.fullmatch(handle) if type(handle) is str else None
-    if match is None:
+    if match is None or int(match[1]) > MAX_ID:  # 19 digits can pass a bigint (trial)
         raise ValueError(f"not a receipt handle of the PostgreSQL queue: {handle!r}")
     return int(match[1]), match[2]
 

@@ -78,9 +78,15 @@ TOKEN = "0192a4b5-6c7d-4e8f-9a0b-1c2d3e4f5a6b"
         f"12 .{TOKEN}",
         f"12.{TOKEN[:-1]}",
         f"{10**19}.{TOKEN}",  # more than a bigint
+        f"{2**63}.{TOKEN}",  # one more than a bigint, in 19 digits (trial finding)
         "AQEBzbVv...an SQS receipt handle",
     ],
 )
 def test_a_handle_of_another_form_is_refused_before_the_database(handle: str) -> None:
     with pytest.raises(ValueError, match="not a receipt handle of the PostgreSQL queue"):
         split_receipt_handle(handle)
+
+
+def test_a_handle_of_the_largest_bigint_id_is_split() -> None:
+    assert split_receipt_handle(f"{2**63 - 1}.{TOKEN}") == (2**63 - 1, TOKEN)
+    assert split_receipt_handle(f"1.{TOKEN}") == (1, TOKEN)
