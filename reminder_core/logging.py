@@ -13,7 +13,8 @@ line:
 
 with `exception` (the formatted traceback, a string) when the record carries one. Fields
 passed as stdlib `extra=` (see `delivery_fields`) or bound with
-`structlog.contextvars.bind_contextvars` become top-level keys. `LOG_FORMAT=console` (the
+`structlog.contextvars.bind_contextvars` or held by `DELIVERY` (the occurrence being sent)
+become top-level keys. `LOG_FORMAT=console` (the
 default of `reminders dev`) renders the same records for humans, without colours when
 stderr is not a terminal.
 """
@@ -23,6 +24,8 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
+from collections.abc import Mapping
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Literal, TextIO
 
@@ -30,6 +33,23 @@ import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
 LogFormat = Literal["json", "console"]
+
+#: The fields of the occurrence being sent (sender.execute sets it around each send and
+#: resets it after): top-level keys of every record logged meanwhile in that context, by
+#: any logger (`merge_delivery`); keys a record sets itself win. One variable set once
+#: per send: structlog's bind_contextvars made a variable per key (1.7 us a send against
+#: 0.2 us, measured).
+DELIVERY: ContextVar[Mapping[str, object] | None] = ContextVar("reminders_delivery", default=None)
+
+
+def merge_delivery(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    """structlog processor: the fields `DELIVERY` holds, under the record's own."""
+    del logger, method_name
+    bound = DELIVERY.get()
+    if bound:
+        for key, value in bound.items():
+            event_dict.setdefault(key, value)
+    return event_dict
 
 
 def delivery_fields(
@@ -116,6 +136,7 @@ def configure_logging(
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     foreign_pre_chain: list[Processor] = [
         structlog.contextvars.merge_contextvars,
+        merge_delivery,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.stdlib.ExtraAdder(),
@@ -160,6 +181,7 @@ def configure_logging(
         processors=[
             structlog.stdlib.filter_by_level,
             structlog.contextvars.merge_contextvars,
+            merge_delivery,
             structlog.stdlib.add_log_level,
             structlog.stdlib.add_logger_name,
             structlog.stdlib.PositionalArgumentsFormatter(),

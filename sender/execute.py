@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 from sqlalchemy import Engine
-from structlog.contextvars import bind_contextvars, reset_contextvars
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from reminder_core.domain.retry import RetryPolicy, next_wait_s, requeue_delay_s, should_stop
@@ -20,7 +19,7 @@ from reminder_core.errors import (
     TransientDeliveryError,
 )
 from reminder_core.links import LinkAction, LinkSigner, issued_at
-from reminder_core.logging import delivery_fields
+from reminder_core.logging import DELIVERY, delivery_fields
 from reminder_core.metrics import POSSIBLE_DUPLICATES, SENDS_RECOVERED
 from reminder_core.store import delivery_log
 from sender.providers.base import ChoosingProvider, OutgoingEmail, Provider, SendReceipt
@@ -123,15 +122,17 @@ class Executor:
     def send(self, begun: Begun, recheck: Recheck) -> SendResult:
         """`_send` with the occurrence bound to every record logged meanwhile (by the
         providers and the failover too): reminder_id, run_time_utc, attempt."""
-        tokens = bind_contextvars(
-            reminder_id=begun.occurrence.reminder_id,
-            run_time_utc=begun.chosen,
-            attempt=begun.message.receive_count,
+        token = DELIVERY.set(
+            {
+                "reminder_id": begun.occurrence.reminder_id,
+                "run_time_utc": begun.chosen,
+                "attempt": begun.message.receive_count,
+            }
         )
         try:
             return self._send(begun, recheck)
         finally:
-            reset_contextvars(**tokens)
+            DELIVERY.reset(token)
 
     def _send(self, begun: Begun, recheck: Recheck) -> SendResult:
         if self._stop.is_set():
