@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from email.charset import QP, Charset
 from email.header import Header
@@ -103,7 +104,8 @@ def build_mime(
     Returns:
         A new message (serialise it with MIME_POLICY or a clone); nothing is written.
     """
-    msg = MIMEMultipart("alternative")
+    parts = [_text(email.text, "plain"), _text(email.html, "html")]
+    msg = MIMEMultipart("alternative", boundary=_boundary(idempotency_key, parts))
     msg["From"] = _address(email.sender)
     msg["To"] = _address(email.to)
     subject: str | Header = email.subject
@@ -115,9 +117,34 @@ def build_mime(
     msg["X-Entity-Ref-ID"] = idempotency_key
     for name, value in email.headers:
         msg[name] = value
-    msg.attach(_text(email.text, "plain"))
-    msg.attach(_text(email.html, "html"))
+    for part in parts:
+        msg.attach(part)
     return msg
+
+
+#: What an idempotency key may hold to make a boundary: RFC 2046 §5.1.1 bchars, less
+#: those that need quoting in a Content-Type parameter (RFC 2045 §5.1 tspecials).
+_BOUNDARY_SAFE = re.compile(r"[0-9A-Za-z_.-]{1,60}")
+
+
+def _boundary(idempotency_key: str, parts: list[MIMEText]) -> str | None:
+    """The multipart boundary: "=_<idempotency_key>" (the same for every copy of one
+    occurrence's email), or None to let the email package draw a random one.
+
+    Given no boundary, the email package draws one and compiles a regular expression of
+    it to check that no line of the parts is it: ~0.3 ms a message, a third of the file
+    sink's CPU. The boundary only has to occur in no part (RFC 2046 §5.1.1), which a
+    substring test of each part's encoded body checks (their headers are ours and cannot
+    hold it); a body that holds it (a user may write anything) gets a random one.
+    """
+    if _BOUNDARY_SAFE.fullmatch(idempotency_key) is None:
+        return None
+    boundary = f"=_{idempotency_key}"
+    for part in parts:
+        payload = part.get_payload()
+        if not isinstance(payload, str) or boundary in payload:
+            return None
+    return boundary
 
 
 def _address(value: str) -> str:

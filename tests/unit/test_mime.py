@@ -99,3 +99,35 @@ def test_a_long_non_ascii_subject_is_encoded_words_of_at_most_75_characters() ->
     assert field is not None
     assert max(len(line) for line in field.group(0).split("\r\n")) <= 78  # RFC 5322 §2.1.1
     assert parsed(raw)["Subject"] == subject
+
+
+def test_the_boundary_comes_from_the_key_so_each_copy_is_the_same_bytes() -> None:
+    # RFC 2046 §5.1.1: a boundary of at most 70 bchars that occurs in no encapsulated part.
+    msg = parsed(wire(UNICODE))
+    assert msg.get_boundary() == f"=_{KEY}"
+    assert len(msg.get_boundary()) <= 70  # type: ignore[arg-type]
+    assert wire(UNICODE) == wire(UNICODE)
+    assert wire(ASCII) == wire(ASCII)
+
+
+@pytest.mark.parametrize("where", ["text", "html"])
+def test_a_body_that_holds_the_boundary_gets_another_one(where: str) -> None:
+    line = f"--=_{KEY}"
+    mail = OutgoingEmail(
+        to=ASCII.to, sender=ASCII.sender, subject=ASCII.subject,
+        text=f"before\n{line}\nafter\n" if where == "text" else ASCII.text,
+        html=f"<p>{line}--</p>\n{line}\n" if where == "html" else ASCII.html,
+    )  # fmt: skip
+    msg = parsed(wire(mail))
+    assert msg.get_boundary() != f"=_{KEY}"
+    assert msg.get_body(("plain",)).get_content() == mail.text  # type: ignore[union-attr]
+    assert msg.get_body(("html",)).get_content() == mail.html  # type: ignore[union-attr]
+
+
+def test_a_key_that_cannot_be_a_boundary_gets_a_random_one() -> None:
+    key = 'a "quoted" key; with specials'
+    raw = build_mime(ASCII, idempotency_key=key, now=NOW).as_bytes(policy=MIME_POLICY)
+    msg = parsed(raw)
+    assert key not in (msg.get_boundary() or "")
+    assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
+    assert msg.get_body(("plain",)).get_content() == ASCII.text  # type: ignore[union-attr]
