@@ -9,7 +9,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, create_engine, text
@@ -27,6 +29,18 @@ def fresh_database(admin_url: str) -> Iterator[str]:
     """An empty database of its own (each test migrates it step by step)."""
     with empty_database(admin_url, "reminders_mig17") as (url, _):
         yield url
+
+
+@contextmanager
+def _at(url: str, revision: str, **engine_options: Any) -> Iterator[Engine]:
+    """The database at `url` migrated to `revision`, and an engine on it (disposed at the
+    end; `engine_options` go to `create_engine`)."""
+    upgrade(url, revision)
+    engine = create_engine(url, **engine_options)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def _insert(engine: Engine, user: str, key: str | None) -> None:
@@ -69,9 +83,7 @@ def test_migration_0017_makes_the_key_unique_by_a_partial_index_and_back(
 ) -> None:
     from alembic import command
 
-    upgrade(fresh_database, "0016")
-    engine = create_engine(fresh_database)
-    try:
+    with _at(fresh_database, "0016") as engine:
         _insert(engine, "alice", "k-1")
         _insert(engine, "alice", None)
         _insert(engine, "bob", "k-1")
@@ -97,8 +109,6 @@ def test_migration_0017_makes_the_key_unique_by_a_partial_index_and_back(
             assert _key_index(conn) == [_full()]
         with pytest.raises(IntegrityError):
             _insert(engine, "alice", "k-2")
-    finally:
-        engine.dispose()
 
 
 def test_migration_0017_interrupted_is_finished_by_running_it_again(
@@ -106,9 +116,7 @@ def test_migration_0017_interrupted_is_finished_by_running_it_again(
 ) -> None:
     # What a run killed during its concurrent build leaves: the new index, invalid (a
     # concurrent build that failed leaves its index behind), and the constraint.
-    upgrade(fresh_database, "0016")
-    engine = create_engine(fresh_database, isolation_level="AUTOCOMMIT")
-    try:
+    with _at(fresh_database, "0016", isolation_level="AUTOCOMMIT") as engine:
         _insert(engine, "alice", "k-1")
         _insert(engine, "alice", "k-2")
         with engine.connect() as conn, pytest.raises(IntegrityError):
@@ -134,8 +142,6 @@ def test_migration_0017_interrupted_is_finished_by_running_it_again(
             assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0017"
         with pytest.raises(IntegrityError):
             _insert(engine, "alice", "k-2")
-    finally:
-        engine.dispose()
 
 
 def test_migration_0017_does_not_queue_writes_behind_a_long_transaction(
@@ -144,9 +150,7 @@ def test_migration_0017_does_not_queue_writes_behind_a_long_transaction(
     # A transaction that read reminders holds its ACCESS SHARE lock; the constraint's drop
     # waits at most LOCK_TIMEOUT (2 s) per try for it, so the creates queued behind a try
     # wait about that long, not for the whole transaction; the migration ends after it.
-    upgrade(fresh_database, "0016")
-    engine = create_engine(fresh_database)
-    try:
+    with _at(fresh_database, "0016") as engine:
         hold_s = 6.0
         reader = reading(engine, "reminders", hold_s)
         migrating = threading.Thread(target=upgrade, args=(fresh_database, "0017"))
@@ -168,8 +172,6 @@ def test_migration_0017_does_not_queue_writes_behind_a_long_transaction(
             assert [r[0] for r in _key_index(conn)] == [NAME]
             assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0017"
             assert conn.execute(text("SELECT count(*) FROM reminders")).scalar_one() == 4
-    finally:
-        engine.dispose()
 
 
 def _handle_indexes(conn: Connection) -> list[str]:
@@ -189,9 +191,7 @@ def test_migration_0018_drops_the_receipt_handle_index_and_back(fresh_database: 
 
     from reminder_core.queue import PostgresQueue
 
-    upgrade(fresh_database, "0017")
-    engine = create_engine(fresh_database)
-    try:
+    with _at(fresh_database, "0017") as engine:
         with engine.connect() as conn:
             assert len(_handle_indexes(conn)) == 1
         upgrade(fresh_database)
@@ -213,5 +213,3 @@ def test_migration_0018_drops_the_receipt_handle_index_and_back(fresh_database: 
                 "CREATE UNIQUE INDEX ix_queue_messages_receipt_handle ON public.queue_messages"
                 " USING btree (receipt_handle) WHERE (receipt_handle IS NOT NULL)"
             ]
-    finally:
-        engine.dispose()
