@@ -1,0 +1,187 @@
+"""The file sink on a real filesystem: one whole `<key>.eml` per key, written once.
+
+Its contract (sender/providers/file_sink.py, docs/design.md "Providers"): a reader never
+sees half an email, two concurrent sends of one key make one file, a repeat of a key
+returns the first receipt and writes nothing, and nothing but the emails is left in the
+directory. Each case runs on both ways of writing: without a name (Linux O_TMPFILE, where
+the filesystem has it) and under a temporary `.tmp-*` name (every other platform).
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import errno
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from reminder_core.errors import TransientDeliveryError
+from sender.providers.base import OutgoingEmail
+from sender.providers.file_sink import FileSinkProvider
+
+KEY = "0190b3c2-7d1e-7a1b-9c3d-1234567890ab-20300101T120000Z"
+
+
+def mail(subject: str = "Water the plants", body: str = "Water the plants\n") -> OutgoingEmail:
+    return OutgoingEmail(
+        to="alice@example.org",
+        sender="Reminders <reminders@example.com>",
+        subject=subject,
+        text=body,
+        html=f"<p>{body}</p>",
+    )
+
+
+@pytest.fixture(params=["unnamed", "temporary name"])
+def sink(request: pytest.FixtureRequest, tmp_path: Path) -> FileSinkProvider:
+    provider = FileSinkProvider(tmp_path / "mail")
+    if request.param == "temporary name":
+        provider.unnamed_files = False
+    return provider
+
+
+def parsed(path: Path) -> email.message.EmailMessage:
+    return email.message_from_bytes(path.read_bytes(), policy=email.policy.default)  # type: ignore[return-value]
+
+
+def test_writes_one_email_named_by_its_key(sink: FileSinkProvider) -> None:
+    receipt = sink.send(mail(), idempotency_key=KEY)
+
+    assert receipt.provider == "file"
+    assert receipt.provider_message_id == f"<{KEY}@reminders>"
+    assert os.listdir(sink.directory) == [f"{KEY}.eml"]  # no temporary file is left
+    path = sink.directory / f"{KEY}.eml"
+    message = parsed(path)
+    assert message["Message-ID"] == f"<{KEY}@reminders>"
+    assert message["Subject"] == "Water the plants"
+    assert message.get_body(("plain",)).get_content() == "Water the plants\n"  # type: ignore[union-attr]
+    # Emails may hold what a user wrote: readable by the owner only, as mkstemp makes.
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_repeated_key_writes_nothing_and_returns_the_first_receipt(
+    sink: FileSinkProvider,
+) -> None:
+    first = sink.send(mail("First"), idempotency_key=KEY)
+    path = sink.directory / f"{KEY}.eml"
+    before = path.read_bytes(), path.stat().st_ino
+
+    again = sink.send(mail("Second"), idempotency_key=KEY)
+
+    assert again == first
+    assert (path.read_bytes(), path.stat().st_ino) == before
+    assert parsed(path)["Subject"] == "First"
+    assert os.listdir(sink.directory) == [f"{KEY}.eml"]
+
+
+def test_concurrent_sends_of_one_key_make_one_whole_file(sink: FileSinkProvider) -> None:
+    # Different bodies per thread, long enough to take more than one write: the file that
+    # wins must be exactly one of them, never a mix, and every send gets the same receipt.
+    bodies = [f"copy {i}\n" + f"line of copy {i}\n" * 4000 for i in range(8)]
+    start = threading.Barrier(len(bodies))
+    receipts: list[object] = []
+
+    def send(body: str) -> None:
+        start.wait()
+        receipts.append(sink.send(mail(body=body), idempotency_key=KEY))
+
+    threads = [threading.Thread(target=send, args=(b,)) for b in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert len(receipts) == len(bodies)
+    assert len(set(receipts)) == 1
+    assert os.listdir(sink.directory) == [f"{KEY}.eml"]
+    text = parsed(sink.directory / f"{KEY}.eml").get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    assert text.replace("\r\n", "\n") in bodies
+
+
+def test_a_reader_never_sees_half_an_email(sink: FileSinkProvider) -> None:
+    body = "x" * 200_000 + "\n"  # written in more than one write(2)
+    keys = [f"k{i:03d}" for i in range(40)]
+    seen: list[int] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            for key in keys:
+                try:
+                    seen.append(len((sink.directory / f"{key}.eml").read_bytes()))
+                except FileNotFoundError:
+                    pass
+
+    reader = threading.Thread(target=read)
+    sink.directory.mkdir(parents=True)
+    reader.start()
+    try:
+        for key in keys:
+            sink.send(mail(body=body), idempotency_key=key)
+    finally:
+        done.set()
+        reader.join()
+
+    sizes = {(sink.directory / f"{k}.eml").stat().st_size for k in keys}
+    assert len(sizes) == 1  # every email is the same length here (same body, same key length)
+    assert seen
+    assert set(seen) <= sizes
+
+
+def test_a_removed_directory_is_made_again(sink: FileSinkProvider) -> None:
+    sink.send(mail(), idempotency_key="before")
+    for name in os.listdir(sink.directory):
+        os.unlink(sink.directory / name)
+    sink.directory.rmdir()
+
+    sink.send(mail(), idempotency_key="after")
+
+    assert os.listdir(sink.directory) == ["after.eml"]
+
+
+def test_an_unwritable_directory_is_a_transient_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "mail"
+    blocker.write_text("a file where the directory should be")
+    sink = FileSinkProvider(blocker)
+
+    with pytest.raises(TransientDeliveryError, match="file sink cannot write"):
+        sink.send(mail(), idempotency_key=KEY)
+    assert blocker.read_text() == "a file where the directory should be"
+
+
+@pytest.mark.parametrize("key", ["../escape", "a/b", ".hidden", "nul\0byte"])
+def test_a_key_that_is_not_a_plain_file_name_is_refused(sink: FileSinkProvider, key: str) -> None:
+    with pytest.raises(ValueError, match="unsafe idempotency key"):
+        sink.send(mail(), idempotency_key=key)
+    assert not sink.directory.exists() or os.listdir(sink.directory) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "O_TMPFILE"), reason="no O_TMPFILE on this platform")
+def test_a_filesystem_without_o_tmpfile_falls_back_to_a_temporary_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What open(2) answers where the filesystem lacks O_TMPFILE (EOPNOTSUPP), injected at
+    # the system call: the sink switches to a temporary name for good and still delivers.
+    real_open = os.open
+    refused: list[int] = []
+
+    def open_without_tmpfile(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            refused.append(flags)
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_without_tmpfile)
+    sink = FileSinkProvider(tmp_path / "mail")
+    assert sink.unnamed_files
+
+    sink.send(mail(), idempotency_key="one")
+    sink.send(mail(), idempotency_key="two")
+
+    assert len(refused) == 1
+    assert not sink.unnamed_files
+    assert sorted(os.listdir(sink.directory)) == ["one.eml", "two.eml"]
