@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection
 
 from reminder_core.record import record
@@ -21,7 +22,6 @@ from reminder_core.store._statements import (
     query,
     records,
     run,
-    uuid_text_array,
 )
 
 
@@ -165,7 +165,9 @@ def delete_many(conn: Connection, *, queue: str, receipt_handles: Iterable[str])
         {
             "queue": queue,
             "ids": id_array([i for i, _ in parts]),
-            "tokens": uuid_text_array([t for _, t in parts]),
+            # Written as receive writes them (a handle's id may have come with leading
+            # zeros): the statement compares the row's handle with these keys as text.
+            "handles": orjson.dumps(dict.fromkeys((f"{i}.{t}" for i, t in parts), 1)).decode(),
         },
     )
 

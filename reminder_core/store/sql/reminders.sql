@@ -192,8 +192,10 @@ WITH due AS (
 ), claimed AS (
     UPDATE reminders AS r
     SET status = 'claimed', claimed_by = :worker, claimed_at = :now, updated_at = :now
-    FROM due
-    WHERE r.id = due.id
+    -- The locked ids as one array: the update probes the primary key for each. A join
+    -- to `due` was planned as a hash join over a sequential scan of the whole table,
+    -- every claim (docs/performance.md, "Plans that scan").
+    WHERE r.id = ANY (ARRAY(SELECT id FROM due))
     RETURNING r.id, r.user_id, r.next_run_utc, r.version
 )
 INSERT INTO outbox (payload, created_at)
@@ -226,8 +228,10 @@ WITH due AS (
 ), claimed AS (
     UPDATE reminders AS r
     SET status = 'claimed', claimed_by = :worker, claimed_at = :now, updated_at = :now
-    FROM due
-    WHERE r.id = due.id
+    -- The locked ids as one array: the update probes the primary key for each. A join
+    -- to `due` was planned as a hash join over a sequential scan of the whole table,
+    -- every claim (docs/performance.md, "Plans that scan").
+    WHERE r.id = ANY (ARRAY(SELECT id FROM due))
     RETURNING r.id, r.user_id, r.next_run_utc, r.version
 ), sent AS (
     INSERT INTO queue_messages (queue_name, body, visible_at, created_at)
@@ -290,9 +294,14 @@ SELECT r.id, r.user_id, r.title, r.body, r.template, r.timezone, r.rrule, r.stat
        r.dst_ambiguous, r.misfire_policy, r.max_lateness_s, r.paused_reason,
        r.suppressed_address, r.held_until, w.url AS webhook_url, w.secret AS webhook_secret,
        r.version,
-       EXISTS (SELECT 1 FROM delivery_log AS d
-               WHERE d.reminder_id = r.id AND d.run_time_utc = r.next_run_utc)
-           AS delivery_recorded
+       -- A scalar subquery, not EXISTS: the planner may run an EXISTS as one hashed
+       -- sequential scan of every delivery_log partition when it believes them small
+       -- (63 of 120 begins in a run of bench/end_to_end.py, while they filled); this is
+       -- one probe of the unique key per reminder (docs/performance.md, "Plans that
+       -- scan").
+       (SELECT true FROM delivery_log AS d
+        WHERE d.reminder_id = r.id AND d.run_time_utc = r.next_run_utc
+        LIMIT 1) IS NOT NULL AS delivery_recorded
 FROM reminders AS r
 LEFT JOIN webhook_endpoints AS w ON w.id = r.webhook_endpoint_id
 WHERE r.id = ANY(CAST(:ids AS uuid[]));
