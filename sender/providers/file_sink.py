@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +21,16 @@ _PROC_FD = "/proc/self/fd"
 #: errno of an `O_TMPFILE` open on a filesystem (or kernel) without it (open(2)).
 _NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL})
 
+#: Prefix and suffix of the fallback's temporary files (not `*.eml`: a reader that globs
+#: the emails must not see one being written).
+_TEMPORARY = (".tmp-", ".part")
+
+#: A fallback temporary file older than this (seconds) was left by a process that died.
+STALE_TEMPORARY_S = 600.0
+
+#: Longest file name most filesystems take (bytes): NAME_MAX.
+_NAME_MAX = 255
+
 
 class FileSinkProvider:
     """Writes `<directory>/<idempotency_key>.eml`; accepts each key once, like a real
@@ -28,16 +40,19 @@ class FileSinkProvider:
     `X-Entity-Ref-ID` carrying the key, so a resend is recognisably the same message.
 
     The file appears whole, under its name, once: it is written without a name (Linux
-    `O_TMPFILE`; elsewhere under a temporary `.tmp-*` name) and then hard-linked into
-    place, so a reader never sees half an email and two concurrent sends of one key
-    make one file. `send` returns after an fsync that follows the link: the link
-    changes the file's own inode (its link count), so the fsync commits the directory
-    entry with the content (ext4, XFS and btrfs journal both together), and the email
-    is on disk under its name before the delivery row says `sent`.
+    `O_TMPFILE`; elsewhere under a temporary `.tmp-*.part` name, outside `*.eml`),
+    fsynced, hard-linked into place, and the directory fsynced: the content is on disk
+    before the name can be (a name committed first would survive a power loss as an
+    empty email, which a retry would then take for the one sent; found by a trial on a
+    copied ext4 image), and the name is on disk before `send` returns, so before the
+    delivery row says `sent`. A reader never sees half an email, and two concurrent sends
+    of one key make one file.
 
     Without a name the file costs no directory entry to create and remove: from 8
-    threads, 1.4x the sends per second and a third less system CPU per send than under
-    a temporary name (docs/performance.md, "The file sink").
+    threads, more sends per second and a third less system CPU per send than under a
+    temporary name (docs/performance.md, "The file sink"). Temporary files a killed
+    process left (fallback only) are removed when the provider is made, once older than
+    STALE_TEMPORARY_S.
 
     Args:
         directory: where the emails go; created (with parents) when missing.
@@ -52,6 +67,24 @@ class FileSinkProvider:
         #: Write without a name while the platform allows it; False after the first
         #: refusal (another OS, a filesystem without O_TMPFILE, no /proc).
         self.unnamed_files = hasattr(os, "O_TMPFILE") and os.path.isdir(_PROC_FD)
+        self._remove_stale_temporaries()
+
+    def _remove_stale_temporaries(self) -> None:
+        """Remove the fallback's temporary files older than STALE_TEMPORARY_S (a kill -9
+        between their creation and their removal leaves them); errors are ignored."""
+        prefix, suffix = _TEMPORARY
+        try:
+            entries = list(os.scandir(self.directory))
+        except OSError:
+            return
+        cutoff = time.time() - STALE_TEMPORARY_S
+        for entry in entries:
+            if entry.name.startswith(prefix) and entry.name.endswith((suffix, ".eml")):
+                try:
+                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                        os.unlink(entry.path)
+                except OSError:
+                    pass
 
     def send(self, email: OutgoingEmail, *, idempotency_key: str) -> SendReceipt:
         """Write the email as `<idempotency_key>.eml` unless that file exists.
@@ -60,14 +93,21 @@ class FileSinkProvider:
             The receipt: provider "file", the Message-ID as provider_message_id.
 
         Raises:
-            ValueError: a key that is not a plain file name.
+            ValueError: a key that is not a plain file name (empty, hidden, with a "/"
+                or NUL, or too long for one).
             TransientDeliveryError: the file cannot be written (a full disk, no
                 permission); nothing is left under the key's name.
         """
-        if "/" in idempotency_key or idempotency_key.startswith(".") or "\0" in idempotency_key:
+        target = f"{idempotency_key}.eml"
+        if (
+            not idempotency_key
+            or "/" in idempotency_key
+            or idempotency_key.startswith(".")
+            or "\0" in idempotency_key
+            or len(os.fsencode(target)) > _NAME_MAX
+        ):
             raise ValueError(f"unsafe idempotency key {idempotency_key!r}")
         receipt = SendReceipt(provider=self.name, provider_message_id=message_id(idempotency_key))
-        target = f"{idempotency_key}.eml"
         try:
             try:
                 dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -87,14 +127,20 @@ class FileSinkProvider:
         return receipt
 
     def _write(self, data: bytes, target: str, dir_fd: int) -> None:
-        """Write `data`, link it as `target` in the directory `dir_fd`, then fsync.
+        """Write `data` and fsync it, link it as `target` in the directory `dir_fd`,
+        then fsync the directory.
 
         A concurrent send of the same key that linked first wins: its file stays, and is
-        fsynced here too before this send is reported accepted.
+        synced here too before this send is reported accepted.
+
+        Raises:
+            OSError: the file cannot be written, or `target` exists and is no regular
+                file (a symlink, a directory).
         """
         fd, temporary = self._open_unnamed(dir_fd)
         try:
             _write_all(fd, data)
+            os.fsync(fd)  # the content first: a name must never reach the disk before it
             try:
                 if temporary is None:
                     # linkat(AT_SYMLINK_FOLLOW) links the open file itself, not the
@@ -103,13 +149,16 @@ class FileSinkProvider:
                 else:
                     os.link(temporary, self.directory / target)
             except FileExistsError:
-                _exists_synced(target, dir_fd)
+                if not _exists_synced(target, dir_fd):  # gone again: no email under it
+                    raise
             else:
-                os.fsync(fd)
+                os.fsync(dir_fd)  # the name
         finally:
-            os.close(fd)
-            if temporary is not None:
-                os.unlink(temporary)
+            try:
+                os.close(fd)
+            finally:
+                if temporary is not None:
+                    os.unlink(temporary)
 
     def _open_unnamed(self, dir_fd: int) -> tuple[int, str | None]:
         """A new file (mode 0600) open for writing in `dir_fd`: (fd, None) without a
@@ -121,21 +170,35 @@ class FileSinkProvider:
                 if exc.errno not in _NO_TMPFILE:
                     raise
                 self.unnamed_files = False
-        return tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".eml")
+        prefix, suffix = _TEMPORARY
+        return tempfile.mkstemp(dir=self.directory, prefix=prefix, suffix=suffix)
 
 
 def _exists_synced(name: str, dir_fd: int) -> bool:
-    """Whether `name` exists in `dir_fd`; if so it is fsynced first, so that an email a
-    concurrent send has linked but not yet synced is on disk before its key is
-    reported accepted again (an fsync of a file already on disk costs almost nothing)."""
+    """Whether the email `name` exists in `dir_fd`; if so it and the directory are
+    fsynced first, so that an email a concurrent send has linked but not yet synced is
+    on disk before its key is reported accepted again (syncing what is already on disk
+    costs almost nothing).
+
+    Raises:
+        OSError: `name` exists but is no regular file (a symlink, dangling or not; a
+            directory): no email is there, and none can be written under that name.
+    """
     try:
-        fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except FileNotFoundError:
         return False
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+            raise OSError(errno.EEXIST, f"{name} is a symbolic link, not an email") from exc
+        raise
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EEXIST, f"{name} exists and is not a regular file")
         os.fsync(fd)
     finally:
         os.close(fd)
+    os.fsync(dir_fd)
     return True
 
 

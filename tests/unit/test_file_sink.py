@@ -15,13 +15,14 @@ import errno
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from reminder_core.errors import TransientDeliveryError
 from sender.providers.base import OutgoingEmail
-from sender.providers.file_sink import FileSinkProvider
+from sender.providers.file_sink import STALE_TEMPORARY_S, FileSinkProvider
 
 KEY = "0190b3c2-7d1e-7a1b-9c3d-1234567890ab-20300101T120000Z"
 
@@ -185,3 +186,70 @@ def test_a_filesystem_without_o_tmpfile_falls_back_to_a_temporary_name(
     assert len(refused) == 1
     assert not sink.unnamed_files
     assert sorted(os.listdir(sink.directory)) == ["one.eml", "two.eml"]
+
+
+def test_the_content_is_synced_before_the_name_and_the_name_before_send_returns(
+    sink: FileSinkProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A trial copied an ext4 image between the link and a later fsync: the name had
+    # reached the disk (another thread's fsync committed the journal) and the content had
+    # not, so the "power loss" left an empty <key>.eml that a retry took for the email.
+    # The real calls run; their order is recorded: content fsync, link, directory fsync.
+    calls: list[str] = []
+    real_fsync, real_link = os.fsync, os.link
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
+        real_fsync(fd)
+
+    def link(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append("link")
+        return real_link(*args, **kwargs)
+
+    sink.directory.mkdir(parents=True)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "link", link)
+
+    sink.send(mail(), idempotency_key=KEY)
+
+    assert calls == ["fsync file", "link", "fsync dir"]
+
+
+def test_a_name_taken_by_no_email_is_a_transient_error_and_writes_nothing(
+    sink: FileSinkProvider,
+) -> None:
+    sink.directory.mkdir(parents=True)
+    (sink.directory / "dangling.eml").symlink_to(sink.directory / "nowhere")
+    (sink.directory / "folder.eml").mkdir()
+
+    for key in ("dangling", "folder"):
+        with pytest.raises(TransientDeliveryError):
+            sink.send(mail(), idempotency_key=key)
+
+    assert sorted(os.listdir(sink.directory)) == ["dangling.eml", "folder.eml"]
+    assert not (sink.directory / "nowhere").exists()
+
+
+@pytest.mark.parametrize("key", ["", "k" * 252])
+def test_a_key_that_makes_no_file_name_is_refused(sink: FileSinkProvider, key: str) -> None:
+    # "" would write the hidden file ".eml"; 252 + ".eml" passes NAME_MAX (255 bytes), which
+    # open(2) refuses with ENAMETOOLONG, a retry that could never succeed.
+    with pytest.raises(ValueError, match="unsafe idempotency key"):
+        sink.send(mail(), idempotency_key=key)
+
+
+def test_temporary_files_a_killed_process_left_are_removed_when_stale(tmp_path: Path) -> None:
+    directory = tmp_path / "mail"
+    directory.mkdir()
+    stale = [directory / ".tmp-abc123.part", directory / ".tmp-old456.eml"]  # both layouts
+    fresh = directory / ".tmp-new789.part"
+    email_file = directory / "k.eml"
+    for path in [*stale, fresh, email_file]:
+        path.write_bytes(b"")
+    old = time.time() - STALE_TEMPORARY_S - 60
+    for path in [*stale, email_file]:
+        os.utime(path, (old, old))
+
+    FileSinkProvider(directory)
+
+    assert sorted(os.listdir(directory)) == [".tmp-new789.part", "k.eml"]
