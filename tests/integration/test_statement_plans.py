@@ -14,13 +14,14 @@ the parameters they are given; the tables are filled and analysed first.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import Connection, Engine, text
 
 from reminder_core.clock import utcnow
 from reminder_core.store._statements import id_array, query
+from tests.support.workloads import insert_due
 
 ROWS = 20_000
 BATCH = 500
@@ -34,23 +35,18 @@ def plan(conn: Connection, name: str, params: dict[str, object]) -> str:
     return "\n".join(r[0] for r in rows)
 
 
-def due_reminders(conn: Connection, now: datetime) -> None:
-    conn.execute(
-        text(
-            "INSERT INTO reminders (user_id, title, start_local, timezone, next_run_utc)"
-            " SELECT 'u' || (g % 100), 'plan ' || g, '2030-01-01T09:00', 'UTC',"
-            " :now - make_interval(secs => g) FROM generate_series(1, :n) g"
-        ),
-        {"now": now, "n": ROWS},
-    )
-    conn.execute(text("ANALYZE reminders"))
+def due_reminders(engine: Engine, now: datetime) -> None:
+    """ROWS one-time reminders due over the ROWS seconds before `now`, analysed."""
+    insert_due(engine, "plans", ROWS, first_due=now - timedelta(seconds=ROWS), spread_s=ROWS)
+    with engine.begin() as conn:
+        conn.execute(text("ANALYZE reminders"))
 
 
 @pytest.mark.parametrize("name", ["reminder_claim_due_to_queue", "reminder_claim_due"])
 def test_the_claim_updates_its_locked_rows_through_the_primary_key(db: Engine, name: str) -> None:
     now = utcnow()
+    due_reminders(db, now)
     with db.begin() as conn:
-        due_reminders(conn, now)
         shown = plan(
             conn,
             name,
@@ -91,8 +87,8 @@ def test_the_queue_delete_finds_each_message_by_its_primary_key(db: Engine) -> N
 
 def test_the_begin_probes_the_delivery_row_of_each_reminder(db: Engine) -> None:
     now = utcnow()
+    due_reminders(db, now)
     with db.begin() as conn:
-        due_reminders(conn, now)
         conn.execute(
             text(
                 "INSERT INTO delivery_log (reminder_id, user_id, run_time_utc, status, sent_at)"
