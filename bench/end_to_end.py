@@ -17,8 +17,8 @@ reminder completion) with set-based statements on one connection. The claim
 rate alone is bench/claim_throughput.py. Issue 4's targets on 2 cores: >= 5,000/s
 in-process and >= 1,500/s over HTTP.
 
-    PYTHONPATH=. python bench/end_to_end.py [--reminders 30000] [--senders 3] [--batch 100,500]
-        [--concurrency 8] [--repeat 1]
+    PYTHONPATH=. python bench/end_to_end.py [--reminders 100000] [--http-reminders 30000]
+        [--senders 3] [--batch 100,500] [--concurrency 8] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ CLAIM_BATCH = 500
 #: A flush interval this long makes the completer write only when a batch ends (each
 #: batch takes far less): the design before issue 12, measured beside the streaming one.
 BATCH_END = 60.0
+#: Occurrences of each pg_limit.py reference run (its rate does not depend on the count:
+#: 29,200-31,600/s at 30,000 and 29,800-32,300/s at 100,000, alternated, 2026-12-07).
+PG_LIMIT_N = 100_000
 
 
 class AcceptAll:
@@ -419,7 +422,7 @@ def pair_line(ratios: list[float], repeat: int) -> str:
     return line
 
 
-def pg_limit_rate(url: str, script: Path, n: int = 100_000) -> float | None:
+def pg_limit_rate(url: str, script: Path, n: int = PG_LIMIT_N) -> float | None:
     """The whole-pipeline rate ../shared/bench/pg_limit.py prints for `n` occurrences on the
     database of `url` (its own tables, dropped after), or None when the script is absent."""
     if not script.exists():
@@ -457,9 +460,16 @@ def main() -> None:
     parser.add_argument(
         "--reminders",
         type=int,
-        default=30_000,
-        help="occurrences per run (a run of ~2 s, e.g. 10,000, is dominated by start-up:"
+        default=PG_LIMIT_N,
+        help="occurrences per in-process run and for the raw-SQL reference (default: as"
+        " many as the pg_limit reference's; a run of ~2 s, e.g. 30,000, weighs start-up:"
         " connections, template compilation, statements not yet prepared)",
+    )
+    parser.add_argument(
+        "--http-reminders",
+        type=int,
+        default=30_000,
+        help="occurrences per run over HTTP (~15 s a run at 2,000/s)",
     )
     parser.add_argument("--senders", type=int, default=3, help="sender processes")
     parser.add_argument(
@@ -498,8 +508,8 @@ def main() -> None:
         "--pg-limit",
         type=Path,
         default=Path(__file__).resolve().parents[2] / "shared" / "bench" / "pg_limit.py",
-        help="the team's physical-limit reference (raw SQL, same database), run once beside"
-        " the pipeline; skipped when the file is not there",
+        help="the team's physical-limit reference (raw SQL, same database), run right before"
+        " each in-process run, which is compared with it; skipped when the file is not there",
     )
     args = parser.parse_args()
     fake, fake_url = start_fake_provider()
@@ -521,18 +531,22 @@ def run_all(
     n = args.reminders
     raw, raw_wal = run_raw(engine, url, n)
     print(
-        f"{n} one-time occurrences per run; processes: 1 coordinator + {args.senders}"
+        f"{n} one-time occurrences per in-process run, {args.http_reminders} over HTTP;"
+        f" processes: 1 coordinator + {args.senders}"
         f" senders; {os.cpu_count()} CPUs shared with PostgreSQL"
     )
     print(f"raw-SQL reference (same row mutations, set-based): {raw:8,.0f}/s"
           f"   WAL {raw_wal:,.0f} bytes per occurrence")  # fmt: skip
-    limit = pg_limit_rate(url, args.pg_limit)
     figures: dict[str, list[float]] = {"raw_sql_per_s": [raw]}
-    if limit:
-        figures["pg_limit_per_s"] = [limit]
-    if limit:
-        print(f"../shared/bench/pg_limit.py whole pipeline (raw SQL):  {limit:8,.0f}/s"
-              "   (issue 15: in-process >= 0.5 x this)")  # fmt: skip
+    # pg_limit.py runs right before each in-process run and that run is compared with it:
+    # one reference for the whole bench compared runs minutes apart on a machine whose
+    # speed drifts by up to 40%.
+    with_limit = args.pg_limit.exists()
+    if not with_limit:
+        print(f"(no {args.pg_limit}: the pg_limit reference is skipped)")
+    else:
+        print(f"../shared/bench/pg_limit.py whole pipeline (raw SQL, {PG_LIMIT_N:,} occurrences)"
+              " runs before each in-process run; issue 15: in-process >= 0.5 x it")  # fmt: skip
     for batch in args.batch:
         default = " (the default)" if batch == DEFAULTS.sender_batch_size else ""
         print(f"-- SENDER_BATCH_SIZE={batch}{default}")
@@ -550,7 +564,14 @@ def run_all(
             for mode in modes_in_order(args.repeat):
                 interval = {"streaming": DEFAULTS.sender_flush_interval_s,
                             "batch end": BATCH_END}[mode]  # fmt: skip
-                run = run_pipeline(engine, url, profiles, n, flush_interval_s=interval, **shape)
+                limit = None
+                if with_limit and not http:
+                    limit = pg_limit_rate(url, args.pg_limit)
+                    if limit:
+                        figures.setdefault("pg_limit_per_s", []).append(limit)
+                        print(f"pg_limit.py whole pipeline (raw SQL), just before: {limit:8,.0f}/s")
+                count = args.http_reminders if http else n
+                run = run_pipeline(engine, url, profiles, count, flush_interval_s=interval, **shape)
                 runs[mode].append(run)
                 if mode == "streaming":
                     kind = "http" if http else "in_process"
