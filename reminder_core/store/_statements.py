@@ -96,7 +96,10 @@ def query(name: str) -> Statement:
 
 def json_rows(rows: Iterable[Mapping[str, object]]) -> str:
     """Rows for a set-based statement, as one JSON array of objects that the statement
-    unpacks with `jsonb_to_recordset` (UUIDs as text, datetimes as ISO 8601).
+    unpacks with `json_to_recordset(CAST(:rows AS json))` (UUIDs as text, datetimes as
+    ISO 8601). `json`, not `jsonb`: the text is read once as it is, where `jsonb` first
+    builds its binary form, ~1.2 us more a row of the completer's flush of 500 (30.9 vs
+    32.1 us a row, alternated, 2026-12-07); the rows are read once and never kept.
 
     One JSON text per statement instead of one array parameter per column: psycopg
     adapts a Python list element by element in Python (a regex per element to decide on

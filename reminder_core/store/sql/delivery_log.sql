@@ -5,7 +5,7 @@
 -- run_time_utc (migration 0005): a statement that reaches a row by id names its
 -- run_time_utc too, so it searches one partition, not all of them. Set-based forms
 -- (`_many`) take one JSON array (:rows, store/_statements.json_rows) unpacked by
--- jsonb_to_recordset; inserts keep the caller's order (the sender sorts by key), so two
+-- json_to_recordset; inserts keep the caller's order (the sender sorts by key), so two
 -- senders lock the same rows in the same order. Retention's partition statements call
 -- the functions of migration 0005. Typed wrappers: reminder_core/store/delivery_log.py.
 
@@ -71,7 +71,7 @@ WHERE reminder_id = :reminder_id AND run_time_utc = :run_time_utc AND status = '
 -- statement's snapshot, i.e. the rows as they were before this insert.
 WITH u AS (
     SELECT *
-    FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+    FROM ROWS FROM (json_to_recordset(CAST(:rows AS json))
                     AS (reminder_id uuid, user_id text, run_time_utc timestamptz,
                         lease_token uuid, held_until timestamptz))
          WITH ORDINALITY AS u(reminder_id, user_id, run_time_utc, lease_token, held_until, n)
@@ -118,7 +118,7 @@ FROM taken AS t;
 INSERT INTO delivery_log
     (reminder_id, user_id, run_time_utc, status, error, created_at, updated_at)
 SELECT u.reminder_id, u.user_id, u.run_time_utc, u.status, u.error, :now, :now
-FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+FROM ROWS FROM (json_to_recordset(CAST(:rows AS json))
                 AS (reminder_id uuid, user_id text, run_time_utc timestamptz, status text,
                     error text))
      WITH ORDINALITY AS u(reminder_id, user_id, run_time_utc, status, error, n)
@@ -146,7 +146,7 @@ RETURNING reminder_id, run_time_utc, status;
 -- resumed reminder then moves past it. Returns the rows recorded.
 UPDATE delivery_log AS d
 SET status = 'sent', locked_at = NULL, lease_token = NULL, updated_at = :now
-FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(reminder_id uuid, run_time_utc timestamptz)
+FROM json_to_recordset(CAST(:rows AS json)) AS u(reminder_id uuid, run_time_utc timestamptz)
 WHERE d.reminder_id = u.reminder_id AND d.run_time_utc = u.run_time_utc
   AND d.status = 'sending' AND d.provider_message_id IS NOT NULL
   AND (d.locked_at IS NULL OR d.locked_at < :lease_expired_before)
@@ -171,7 +171,7 @@ RETURNING d.reminder_id, d.run_time_utc;
 -- `finished`: its reminder was finished here.
 WITH u AS (
     SELECT *
-    FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+    FROM json_to_recordset(CAST(:rows AS json))
          AS u(id uuid, run_time_utc timestamptz, lease_token uuid, status text,
               sent_at timestamptz, provider text, provider_message_id text, recipient text,
               error text, attempts int, reminder_id uuid, occurrence_utc timestamptz)
@@ -210,7 +210,7 @@ WITH u AS (
 -- with `finished`: its reminder was finished here.
 WITH u AS (
     SELECT *
-    FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+    FROM ROWS FROM (json_to_recordset(CAST(:rows AS json))
                     AS (id uuid, user_id text, run_time_utc timestamptz, status text,
                         sent_at timestamptz, provider text, provider_message_id text,
                         recipient text, error text, attempts int, held_until timestamptz,
@@ -261,7 +261,7 @@ FROM recorded AS rec;
 -- its own), so a row with that stamp and status was recorded by it; the retried flush then leaves those rows alone instead of calling them lost.
 SELECT d.id
 FROM delivery_log AS d
-JOIN jsonb_to_recordset(CAST(:rows AS jsonb))
+JOIN json_to_recordset(CAST(:rows AS json))
      AS u(id uuid, run_time_utc timestamptz, status text)
   ON d.id = u.id AND d.run_time_utc = u.run_time_utc
 WHERE d.updated_at = :now AND d.status = u.status AND d.lease_token IS NULL;
@@ -278,7 +278,7 @@ SET locked_at = :now
 FROM (
     SELECT h.id, h.run_time_utc
     FROM delivery_log AS h
-    JOIN jsonb_to_recordset(CAST(:rows AS jsonb))
+    JOIN json_to_recordset(CAST(:rows AS json))
          AS u(id uuid, run_time_utc timestamptz, lease_token uuid)
       ON h.id = u.id AND h.run_time_utc = u.run_time_utc AND h.lease_token = u.lease_token
     WHERE h.status = 'sending'
@@ -292,7 +292,7 @@ WHERE d.id = held.id AND d.run_time_utc = held.run_time_utc;
 -- ever touched (no attempt counted, no provider recorded); fenced by the lease token. A
 -- row an earlier attempt touched stays: the caller releases its lease instead.
 DELETE FROM delivery_log AS d
-USING jsonb_to_recordset(CAST(:rows AS jsonb))
+USING json_to_recordset(CAST(:rows AS json))
       AS u(id uuid, run_time_utc timestamptz, lease_token uuid)
 WHERE d.id = u.id AND d.run_time_utc = u.run_time_utc AND d.lease_token = u.lease_token
   AND d.status = 'sending' AND d.attempt_count = 0 AND d.provider IS NULL;

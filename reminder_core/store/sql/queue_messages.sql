@@ -62,7 +62,7 @@ WHERE queue_name = :queue AND id = :id AND receipt_handle = :token AND NOT dead_
 -- (receipt handle's id and token, timeout) rows as JSON (store/_statements.json_rows).
 UPDATE queue_messages AS q
 SET visible_at = :now + make_interval(secs => c.timeout_s)
-FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS c(id bigint, token uuid, timeout_s float8)
+FROM json_to_recordset(CAST(:rows AS json)) AS c(id bigint, token uuid, timeout_s float8)
 WHERE q.queue_name = :queue AND q.id = c.id AND q.receipt_handle = c.token
   AND NOT q.dead_lettered;
 

@@ -2,7 +2,7 @@
 -- as a reminder's change: reminder_claim_due inserts its outbox rows; reminder_backlog reads
 -- the outbox beside). Typed wrappers: reminder_core/store/reminders.py. Time is always a
 -- bind (:now). Set-based forms (`_many`) take rows as one JSON array (:rows, see
--- store/_statements.json_rows) unpacked by jsonb_to_recordset and id sets as one array
+-- store/_statements.json_rows) unpacked by json_to_recordset and id sets as one array
 -- literal (:ids, store/_statements.id_array). Reminders are always locked in id order, so
 -- no two of these statements deadlock.
 
@@ -311,7 +311,7 @@ WHERE r.id = ANY(CAST(:ids AS uuid[]));
 -- held by its user's quiet hours until held_until, where the reminder still wants it.
 UPDATE reminders AS r
 SET held_until = u.held_until
-FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+FROM json_to_recordset(CAST(:rows AS json))
      AS u(reminder_id uuid, run_time_utc timestamptz, held_until timestamptz)
 WHERE r.id = u.reminder_id AND r.next_run_utc = u.run_time_utc
   AND r.status IN ('claimed', 'pending');
@@ -341,7 +341,7 @@ SET status = u.status,
     last_error = u.last_error,
     count_progress = u.count_progress,
     updated_at = :now
-FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+FROM json_to_recordset(CAST(:rows AS json))
      AS u(id uuid, run_time_utc timestamptz, status text, next_run_utc timestamptz,
           last_error text, count_progress jsonb)
 WHERE r.id = u.id AND r.next_run_utc = u.run_time_utc AND r.status IN ('claimed', 'pending');
@@ -391,7 +391,7 @@ RETURNING r.id;
 -- occurrence changes (live, or already paused by a suppression).
 WITH u AS (
     SELECT *
-    FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+    FROM json_to_recordset(CAST(:rows AS json))
          AS u(id uuid, run_time_utc timestamptz, address text, paused_reason text, error text)
 ),
 target AS (
@@ -456,7 +456,7 @@ SET status = u.status,
     suppressed_address = NULL,
     suppression_checked_at = NULL,
     updated_at = :now
-FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+FROM json_to_recordset(CAST(:rows AS json))
      AS u(id uuid, status text, next_run_utc timestamptz, last_error text)
 WHERE r.id = u.id AND r.status = 'paused' AND r.suppressed_address IS NOT NULL
 RETURNING r.id;
@@ -468,7 +468,7 @@ SET suppressed_address = u.address,
     paused_reason = u.paused_reason,
     suppression_checked_at = :now,
     updated_at = :now
-FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS u(id uuid, address text, paused_reason text)
+FROM json_to_recordset(CAST(:rows AS json)) AS u(id uuid, address text, paused_reason text)
 WHERE r.id = u.id AND r.status = 'paused' AND r.suppressed_address IS NOT NULL;
 
 -- name: reminder_mark_many_suppression_checked

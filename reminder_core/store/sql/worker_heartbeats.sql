@@ -10,7 +10,7 @@ INSERT INTO worker_heartbeats AS w
      consecutive_failures)
 SELECT r.id, r.role, :host, :pid, :process, :version, :started_at, :now, r.last_tick_at,
        r.consecutive_failures
-FROM jsonb_to_recordset(CAST(:rows AS jsonb))
+FROM json_to_recordset(CAST(:rows AS json))
      AS r(id uuid, role text, last_tick_at timestamptz, consecutive_failures int)
 ON CONFLICT (id) DO UPDATE
 SET last_seen_at = excluded.last_seen_at,
