@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             raw_conn.autocommit = True
             raw_conn.execute(
                 take_sql,
-                {"user_id": "u1", "now": datetime.now(UTC), "emission_s": 1e-4,
+                {"user_id": "u1", "take_now": datetime.now(UTC), "emission_s": 1e-4,
                  "tolerance_s": 1e3},
             ).fetchall()  # fmt: skip
             raw_conn.autocommit = False

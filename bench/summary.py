@@ -38,6 +38,9 @@ ROWS: list[tuple[str, str, str, str, tuple[str, float] | None]] = [
     ("end_to_end", "in_process_batch100_per_s", "end to end in process (batch 100)", "/s", None),
     ("end_to_end", "in_process_batch100_x_pg_limit", "  ratio to pg_limit.py", "x", (">=", 0.5)),
     ("end_to_end", "in_process_batch100_cpu_us", "  CPU per occurrence", "us", ("<=", 400)),
+    ("end_to_end", "in_process_batch500_per_s", "end to end in process (batch 500)", "/s", None),
+    ("end_to_end", "in_process_batch500_x_pg_limit", "  ratio to pg_limit.py", "x", (">=", 0.5)),
+    ("end_to_end", "in_process_batch500_cpu_us", "  CPU per occurrence", "us", ("<=", 400)),
     ("end_to_end", "http_batch100_per_s", "end to end over HTTP (batch 100)", "/s", (">=", 1500)),
 ]  # fmt: skip
 
