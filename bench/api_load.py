@@ -35,7 +35,6 @@ import multiprocessing as mp
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -54,6 +53,7 @@ from bench.support import (
     rss_bytes,
     scratch_database,
     spread,
+    state_directory,
 )
 from reminder_api.main import default_workers
 from reminder_core.settings import Settings
@@ -376,7 +376,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with scratch_database("reminders_bench_api") as url:
-        state = Path(tempfile.mkdtemp(prefix="bench-api-"))
+        state = state_directory("bench-api-")
         (state / "profiles.json").write_text(
             json.dumps(
                 {

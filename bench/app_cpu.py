@@ -20,11 +20,9 @@ import asyncio
 import json
 import os
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from bench.api_load import BODY, JWT_SECRET, USERS
@@ -76,10 +74,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="alternated rounds")
     args = parser.parse_args(argv)
 
-    from bench.support import scratch_database
+    from bench.support import scratch_database, state_directory
 
     with scratch_database("reminders_bench_app_cpu") as url:
-        state = Path(tempfile.mkdtemp(prefix="bench-app-cpu-"))
+        state = state_directory("bench-app-cpu-")
         profiles = {f"u{i}": {"email": f"u{i}@example.com", "timezone": "Europe/Paris"}
                     for i in range(USERS)}  # fmt: skip
         (state / "profiles.json").write_text(json.dumps(profiles))

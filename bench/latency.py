@@ -28,7 +28,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -36,7 +35,14 @@ from pathlib import Path
 
 from sqlalchemy import Engine, text
 
-from bench.support import free_port, percentile, process_tree, rss_bytes, scratch_database
+from bench.support import (
+    free_port,
+    percentile,
+    process_tree,
+    rss_bytes,
+    scratch_database,
+    state_directory,
+)
 from reminder_core.db.session import make_engine
 
 #: RSS is compared after this many occurrences and at the end of the run.
@@ -152,7 +158,7 @@ def run_mode(mode: str, args: argparse.Namespace, figures: dict[str, float]) -> 
     """Steady lag, burst drain and RSS growth of one system under test (`start_workloads`)
     on its own scratch database; figures go into `figures` (prefixed "dev_" for dev)."""
     with scratch_database("reminders_bench_lag") as url:
-        state = Path(tempfile.mkdtemp(prefix="bench-lag-"))
+        state = state_directory("bench-lag-")
         (state / "profiles.json").write_text(json.dumps(PROFILES))
         engine = make_engine(url, pool_size=2)
         names, procs = start_workloads(mode, url, state, args.senders)
