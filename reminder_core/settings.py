@@ -178,11 +178,7 @@ class Settings(BaseSettings):
         ' not yet written (docs/operations.md "Delivery guarantees").',
     )
     sender_flush_max: int = Field(
-        default=100,
-        ge=1,
-        le=1000,
-        description="Outcomes that make the completer write at once (the flush then writes"
-        " every outcome waiting, up to 1,000).",
+        default=100, ge=1, le=1000, description="Outcomes that make the completer write at once."
     )
     sender_leaseless_first_send: bool = Field(
         default=True,

@@ -45,11 +45,6 @@ REST_REFERENCE_S = 0.0025
 #: The longest rest: an outcome is never held longer than this plus a flush by the rule
 #: (after one slow statement, say), nor past its batch's end.
 REST_MAX_S = 1.0
-#: The most outcomes one flush writes: whatever is waiting when a flush starts, up to this
-#: (SENDER_FLUSH_MAX only starts a flush early; River's batch completer likewise starts at
-#: a threshold of 100 and writes up to 5,000 per statement). 1,000 is the largest
-#: SENDER_BATCH_SIZE: one statement can carry a whole batch.
-FLUSH_CAP = 1000
 
 
 class FlushFailed(Exception):
@@ -118,8 +113,7 @@ class Completer:
     Args:
         engine: database engine.
         flush_interval_s: seconds between the starts of two flushes at most.
-        flush_max: outcomes that start a flush at once (a flush writes every outcome
-            waiting when it starts, up to FLUSH_CAP).
+        flush_max: outcomes that start a flush at once.
         clock: current time for the rows' updated_at, aware UTC.
         retry_budget_s: seconds a failing flush is retried for (then FlushFailed).
         rest_reference_s: the flush duration after which the rest equals the flush's
@@ -259,7 +253,7 @@ class Completer:
             and (left := deadline - time.monotonic()) > 0
         ):
             self._cond.wait(left)
-        taken, self._buffer = self._buffer[:FLUSH_CAP], self._buffer[FLUSH_CAP:]
+        taken, self._buffer = self._buffer[: self.flush_max], self._buffer[self.flush_max :]
         return taken
 
     def _rest(self) -> float:

@@ -155,39 +155,6 @@ def test_flush_max_outcomes_are_written_without_waiting_for_the_interval(
     assert (sender.flush_stats().flushes, sender.flush_stats().results) == (3, 5)
 
 
-def test_a_flush_writes_every_waiting_outcome_not_only_flush_max_of_them(
-    db, queue, settings, run_in_thread
-) -> None:
-    # flush_max starts a flush early; it does not cut one (sender/complete.py FLUSH_CAP;
-    # River's batch completer starts at a threshold of 100 and writes up to 5,000 a
-    # statement). The first (lone) answer's flush is held 0.4 s while the other five
-    # answer; with five waiting and flush_max 2, the next flush starts at once and writes
-    # all five in one statement, where cutting at flush_max would take three.
-    sends: list[int] = []
-    answered = threading.Event()
-    provider, sender = gated_sender(
-        db, queue, settings, 6, {1: answered}, flush_interval_s=60.0, flush_max=2
-    )
-
-    def slow_first(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        del conn, cursor, context, executemany
-        if "streaming completer's flush" in statement:
-            sends.append(parameters["rows"].count('"id"'))
-            if len(sends) == 1:
-                answered.set()  # the other five answer while this flush is under way
-                wait_until(lambda: len(provider.answered) == 6, SLACK_S, "six answers")
-
-    event.listen(db, "before_cursor_execute", slow_first)
-    try:
-        run_in_thread(lambda: sender.run_once(NOW))
-        wait_until(lambda: sent(db) == 6, SLACK_S, "all six written")
-    finally:
-        answered.set()
-        event.remove(db, "before_cursor_execute", slow_first)
-    assert sends == [1, 5]
-    assert (sender.flush_stats().flushes, sender.flush_stats().results) == (2, 6)
-
-
 def test_after_a_slow_flush_the_completer_rests_longer_up_to_its_maximum(
     db, queue, settings, run_in_thread
 ) -> None:
