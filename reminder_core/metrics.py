@@ -97,6 +97,12 @@ COMPLETER_FLUSHED = Counter(
     "reminders_completer_flushed_total",
     "Send outcomes recorded by the sender's streaming completer.",
 )
+COMPLETER_UNRECORDED = Counter(
+    "reminders_completer_unrecorded_total",
+    "Send outcomes the streaming completer could not record because the database refused"
+    " their row, even with its provider text escaped; the row stays `sending` and its"
+    " message comes back after the delivery lease (docs/operations.md).",
+)
 COMPLETER_WAIT = Histogram(
     "reminders_completer_wait_seconds",
     "Seconds from a provider's answer to its outcome being committed (the window in"

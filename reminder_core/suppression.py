@@ -42,6 +42,7 @@ from reminder_core.store.reminders import (
     SuppressionResume,
 )
 from reminder_core.store.suppressions import SuppressionEntry
+from reminder_core.text import storable, storable_message_id
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +69,16 @@ class Effects:
 def find_delivery(
     conn: Connection, provider: str, provider_message_id: str | None
 ) -> DeliveryRef | None:
-    """The delivery row whose (provider, provider_message_id) is this, or None."""
+    """The delivery row whose (provider, provider_message_id) is this, or None. The id
+    is looked up as the sender stored it (`reminder_core.text.storable_message_id`: NUL
+    and lone surrogates as U+FFFD, the first MAX_MESSAGE_ID characters), so an event's
+    id always matches its send, and none can fail the statement."""
     if not provider_message_id:
         return None
     return delivery_log.get_by_provider_message(
-        conn, provider=provider, provider_message_id=provider_message_id
+        conn,
+        provider=storable(provider),
+        provider_message_id=storable_message_id(provider_message_id),
     )
 
 

@@ -13,23 +13,35 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from tenacity import (
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_delay,
     wait_exponential_jitter,
 )
 
 from reminder_core.domain.states import DeliveryStatus
-from reminder_core.metrics import COMPLETER_FLUSHED, COMPLETER_FLUSHES, COMPLETER_WAIT
+from reminder_core.metrics import (
+    COMPLETER_FLUSHED,
+    COMPLETER_FLUSHES,
+    COMPLETER_UNRECORDED,
+    COMPLETER_WAIT,
+)
 from reminder_core.record import record
 from reminder_core.store import delivery_log
 from reminder_core.store.delivery_log import DeliveryOutcome
+from reminder_core.text import (
+    MAX_ERROR,
+    MAX_MESSAGE_ID,
+    escaped,
+    storable_error,
+    storable_message_id,
+)
 from sender.work import Outcome, SendResult, log
 
 #: Seconds without an outcome after which the completer gives its connection back to the
@@ -53,15 +65,23 @@ class FlushFailed(Exception):
     next receiver takes them over (a possible duplicate, counted)."""
 
 
+class OutcomeUnrecorded(Exception):
+    """The database refused the row of one outcome, even with its provider text escaped
+    (Completer._write_each): the outcome was not recorded, and its message comes back
+    after its visibility timeout, to be taken over once the lease ends."""
+
+
 @record
 class Recorded:
     """A send whose outcome the completer wrote (or found it could not: `recorded` False
-    means the row's lease was taken over or the row was ended by someone else); with
-    `finished`, the flush also finished its one-time reminder (`delivery_complete_many`)."""
+    means the row's lease was taken over or the row was ended by someone else, or, with
+    `refused`, that the database refused the row); with `finished`, the flush also
+    finished its one-time reminder (`delivery_complete_many`)."""
 
     result: SendResult
     recorded: bool
     finished: bool = False  # its one-time reminder was finished by the same statement
+    refused: bool = False  # the database refused its row (OutcomeUnrecorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,36 +304,69 @@ class Completer:
 
     def _flush(self, results: Sequence[SendResult]) -> list[Recorded]:
         """Write `results` in one statement (retried on failure); withdrawn ones are
-        returned unwritten (the batch end deletes or releases their rows)."""
+        returned unwritten (the batch end deletes or releases their rows).
+
+        A statement PostgreSQL refuses for what a row holds (`refused`: a value out of
+        range, a constraint, an index entry too large) would fail every retry, and with
+        it every outcome beside that row: such a flush is written again row by row
+        (`_write_each`), so that only the refused row is left unrecorded and the batch
+        still settles (docs/design.md, "Sender")."""
         writes = [r for r in results if _writes(r)]
         recorded: dict[uuid.UUID, bool] = {}
+        refused_ids: set[uuid.UUID] = set()
         if writes:
             now = self._clock()
             rows = [_row(r) for r in writes]
-            try:
-                recorded = self._write(rows, now, check_earlier=False)
-            except DBAPIError as exc:
-                _log_failure(exc)
-                recorded = self._write_again(rows, now)
+            recorded, refused_ids = self._write_flush(rows, now)
         done: list[Recorded] = []
         for r in results:
             if not _writes(r):
                 done.append(Recorded(r, True))
             else:  # one lookup (a UUID's hash is computed in Python at each)
                 finished = recorded.get(r.begun.delivery_id)
-                done.append(Recorded(r, finished is not None, finished is True))
+                if finished is None and refused_ids and r.begun.delivery_id in refused_ids:
+                    done.append(Recorded(r, False, refused=True))
+                else:
+                    done.append(Recorded(r, finished is not None, finished is True))
         return done
 
-    def _write_again(self, rows: list[DeliveryOutcome], now: datetime) -> dict[uuid.UUID, bool]:
-        """Retry a failed flush (backoff with jitter, up to `retry_budget_s`); each try
-        first finds the rows an earlier one may have written (see `_write`).
+    def _write_flush(
+        self, rows: list[DeliveryOutcome], now: datetime
+    ) -> tuple[dict[uuid.UUID, bool], set[uuid.UUID]]:
+        """One statement for `rows`; after a failure, retried (`_write_again`) or, when
+        `refused`, written row by row (`_write_each`), all within `retry_budget_s`.
+        Returns ({delivery id recorded: whether its reminder was finished too}, {delivery
+        id of each row the database refused}).
 
         Raises:
-            sqlalchemy.exc.DBAPIError: still failing when the budget ran out.
+            sqlalchemy.exc.DBAPIError: the database still failed at the deadline.
+        """
+        deadline = time.monotonic() + self.retry_budget_s
+        try:
+            return self._write(rows, now, check_earlier=False), set()
+        except DBAPIError as exc:
+            _log_failure(exc)
+            if not refused(exc):
+                try:
+                    return self._write_again(rows, now, deadline), set()
+                except DBAPIError as again:
+                    if not refused(again):
+                        raise
+            return self._write_each(rows, now, deadline)
+
+    def _write_again(
+        self, rows: list[DeliveryOutcome], now: datetime, deadline: float
+    ) -> dict[uuid.UUID, bool]:
+        """Retry a failed flush (backoff with jitter, until `deadline` on the monotonic
+        clock); each try first finds the rows an earlier one may have written (see
+        `_write`). A `refused` statement is not retried: it would fail the same way.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: refused, or still failing at the deadline.
         """
         retrying = Retrying(
-            retry=retry_if_exception_type(DBAPIError),
-            stop=stop_after_delay(self.retry_budget_s),
+            retry=retry_if_exception(_retryable),
+            stop=stop_after_delay(max(0.0, deadline - time.monotonic())),
             wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
             before_sleep=lambda state: _log_failure(
                 state.outcome.exception() if state.outcome is not None else None
@@ -325,6 +378,44 @@ class Completer:
             with attempt:
                 return self._write(rows, now, check_earlier=True)
         raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
+
+    def _write_each(
+        self, rows: list[DeliveryOutcome], now: datetime, deadline: float
+    ) -> tuple[dict[uuid.UUID, bool], set[uuid.UUID]]:
+        """Write `rows` one statement each, after a flush of them was `refused`. A row
+        refused alone is written once more with its provider text `escaped` (printable
+        ASCII); one refused even so is left unrecorded, logged and counted
+        (reminders_completer_unrecorded_total): its row stays as it was (`sending` under
+        this sender's lease, or none for a first send without one) and the batch end
+        hands its message back (OutcomeUnrecorded). Returns (recorded, refused) as
+        `_write_flush`.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the database failed otherwise until `deadline`.
+        """
+        recorded: dict[uuid.UUID, bool] = {}
+        refused_ids: set[uuid.UUID] = set()
+        for row in rows:
+            error: DBAPIError | None = None
+            for candidate in (row, _escaped(row)):
+                try:
+                    recorded |= self._write_again([candidate], now, deadline)
+                    error = None
+                    break
+                except DBAPIError as exc:
+                    if not refused(exc):
+                        raise
+                    error = exc
+            if error is not None:
+                refused_ids.add(row.id)
+                COMPLETER_UNRECORDED.inc()
+                log.error(
+                    "completer cannot record an outcome: the database refuses its row;"
+                    " it stays sending under this sender's lease",
+                    extra={"reminder_id": row.reminder_id, "run_time_utc": row.run_time_utc,
+                           "status": row.status.value, "error": str(error.orig)},
+                )  # fmt: skip
+        return recorded, refused_ids
 
     def _write(
         self, rows: list[DeliveryOutcome], now: datetime, *, check_earlier: bool
@@ -348,8 +439,9 @@ class Completer:
             if first:
                 earlier |= delivery_log.record_first_sends_many(conn, first, now=now)
             return earlier
-        except DBAPIError:
-            self._drop_connection()
+        except DBAPIError as exc:
+            if not refused(exc):  # a refused statement leaves an autocommit connection usable
+                self._drop_connection()
             raise
 
     def _connection(self) -> Connection:
@@ -374,6 +466,39 @@ class Completer:
 
 def _log_failure(error: BaseException | None) -> None:
     log.warning("completer flush failed; retrying: %s", error)
+
+
+#: SQLSTATE classes of a statement refused for what its rows hold (PostgreSQL docs,
+#: Appendix A): 22 data exception (a value out of range, U+0000, invalid JSON text),
+#: 23 integrity constraint violation, 54 program limit exceeded (an index entry too
+#: large). Retrying the same rows fails the same way.
+REFUSED_SQLSTATE_CLASSES = frozenset({"22", "23", "54"})
+
+
+def refused(error: DBAPIError) -> bool:
+    """True when `error` is PostgreSQL (or psycopg, before sending) refusing the
+    statement's data (REFUSED_SQLSTATE_CLASSES, or a client-side DataError), not the
+    connection or the server failing."""
+    if error.connection_invalidated:
+        return False
+    if isinstance(error, DataError | IntegrityError):
+        return True
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in REFUSED_SQLSTATE_CLASSES
+
+
+def _retryable(error: BaseException) -> bool:
+    return isinstance(error, DBAPIError) and not refused(error)
+
+
+def _escaped(row: DeliveryOutcome) -> DeliveryOutcome:
+    """`row` with its provider-supplied text as printable ASCII (`escaped`)."""
+    pmid, error = row.provider_message_id, row.error
+    return replace(
+        row,
+        provider_message_id=escaped(pmid, MAX_MESSAGE_ID) if pmid is not None else None,
+        error=escaped(error, MAX_ERROR) if error is not None else None,
+    )
 
 
 def _writes(result: SendResult) -> bool:
@@ -407,7 +532,9 @@ def _row(result: SendResult) -> DeliveryOutcome:
         status=status,
         sent_at=result.sent_at,
         provider=receipt.provider if receipt else result.pinned,
-        provider_message_id=receipt.provider_message_id if receipt else None,
+        # Provider text as PostgreSQL can store it (reminder_core.text): a NUL or a lone
+        # surrogate in an id or an error would make every retry of the flush fail.
+        provider_message_id=storable_message_id(receipt.provider_message_id) if receipt else None,
         recipient=result.recipient if status is not DeliveryStatus.SENDING else None,
         error=_error_text(result),
         attempts=result.attempts,
@@ -419,9 +546,10 @@ def _row(result: SendResult) -> DeliveryOutcome:
 
 
 def _error_text(result: SendResult) -> str | None:
-    """The row's error: why it failed or was handed back (None when sent)."""
+    """The row's error: why it failed or was handed back (None when sent), as
+    `storable_error` makes it."""
     if result.outcome is Outcome.SENT:
         return None
     if result.error is not None:
-        return str(result.error)
+        return storable_error(str(result.error))
     return "shutting down" if result.outcome is Outcome.RELEASED else None

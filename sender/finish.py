@@ -4,6 +4,7 @@ sent or failed occurrences and give back the rows of withdrawn sends (one transa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Connection, Engine
@@ -14,7 +15,8 @@ from reminder_core.services import reminders as reminder_services
 from reminder_core.services.reminders import Advance
 from reminder_core.store import delivery_log
 from reminder_core.store.delivery_log import DeliveryOutcome
-from sender.complete import Recorded
+from reminder_core.text import storable_error
+from sender.complete import OutcomeUnrecorded, Recorded
 from sender.work import Decided, Outcome, SendResult, log
 
 WITHDRAWN = "withdrawn: the reminder changed during its batch"
@@ -39,7 +41,9 @@ def finish_batch(
 
     Returns:
         One Decided per outcome; a sent or failed one whose row was not recorded (its
-        lease was taken over meanwhile) is BUSY: its current holder records it.
+        lease was taken over meanwhile) is BUSY: its current holder records it; one whose
+        row the database refused (`Recorded.refused`) is RETRY with OutcomeUnrecorded,
+        its message left to come back after its visibility timeout.
 
     Raises:
         sqlalchemy.exc.DBAPIError: nothing of this step was committed (see above).
@@ -52,6 +56,16 @@ def finish_batch(
         result = item.result
         if result.withdrawn:
             withdrawn.append(result)
+        elif item.refused:
+            # Not recorded (the completer logged why): the message comes back after its
+            # visibility timeout and the occurrence is decided again, as after a crash.
+            unrecorded = OutcomeUnrecorded(
+                f"{result.outcome.value} outcome not recorded: the database refused its row"
+            )
+            decided.append(
+                Decided.of_result(replace(result, error=unrecorded, hide_for_s=None), Outcome.RETRY)
+            )
+            continue
         elif result.outcome in (Outcome.SENT, Outcome.FAILED) and not item.recorded:
             log.warning(
                 "delivery lease lost: taken over, or the row was ended; its current holder"
@@ -86,7 +100,7 @@ def _advance(result: SendResult) -> Advance:
         zone=begun.zone,
         after=begun.chosen,
         sent=result.outcome is Outcome.SENT,
-        error=str(result.error) if result.error else None,
+        error=storable_error(str(result.error)) if result.error else None,
     )
 
 

@@ -4,8 +4,9 @@ reminders, all in the caller's transaction. Signature checks and parsing happen 
 (webhooks.sns / resend / postmark); the rules are `reminder_core.domain.suppression`.
 
 This is the one door from provider text to the database: every text of an event, and the
-raw body, pass through `webhooks.parsing.storable` here (U+0000 and lone surrogates become
-U+FFFD), whichever parser made the event. A provider's words are never a reason to refuse
+raw body, pass through `reminder_core.text.storable` here (U+0000 and lone surrogates
+become U+FFFD; a provider message id is also cut to MAX_MESSAGE_ID characters, as the
+sender records it), whichever parser made the event. A provider's words are never a reason to refuse
 its event: it would retry it for days."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from reminder_core.metrics import SEND_EVIDENCE
 from reminder_core.store import delivery_log, webhook_events
 from reminder_core.suppression import apply_decision, find_delivery
 from webhooks.events import EventKind, WebhookEvent
-from webhooks.parsing import storable
+from webhooks.parsing import storable, storable_message_id
 
 __all__ = ["ApplyOutcome", "ApplyResult", "Evidence", "apply_event", "apply_evidence"]
 
@@ -78,7 +79,8 @@ def apply_event(
     recorded only: the delivery stays `sent`, since the provider may still deliver it.
 
     Every text of `event` (provider, event id, provider message id, recipient, reason) is
-    used as `storable` makes it: U+0000 and lone surrogates replaced by U+FFFD, so what a
+    used as `storable` makes it: U+0000 and lone surrogates replaced by U+FFFD (the
+    message id also cut as `storable_message_id`, as the sender stored it), so what a
     remote mail server wrote cannot fail the statement. An event id that differs from
     another only there is the same event.
 
@@ -198,7 +200,7 @@ def apply_evidence(conn: Connection, event: WebhookEvent, *, now: datetime) -> E
             reminder_id=uuid.UUID(reminder_id),  # the key's id is 8-4-4-4-12 hex
             run_time_utc=run_time_utc,
             provider=storable(event.provider),
-            provider_message_id=storable(event.provider_message_id),
+            provider_message_id=storable_message_id(event.provider_message_id),
             accepted_at=event.occurred_at,
             recipient=storable(event.recipient),
             now=now,
@@ -217,7 +219,7 @@ def _storable(event: WebhookEvent) -> WebhookEvent:
         event,
         provider=storable(event.provider),
         event_id=storable(event.event_id),
-        provider_message_id=storable(pmid) if pmid is not None else None,
+        provider_message_id=storable_message_id(pmid) if pmid is not None else None,
         recipient=storable(event.recipient),
         reason=storable(event.reason),
     )

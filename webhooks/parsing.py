@@ -4,10 +4,15 @@ text PostgreSQL can store."""
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime
 
 from reminder_core.errors import MalformedBody
+from reminder_core.text import storable, storable_message_id
+
+__all__ = [
+    "MAX_ADDRESS", "MAX_EVENT_ID", "MAX_REASON", "address", "instant", "parse_json_object",
+    "reason", "storable", "storable_message_id",
+]  # fmt: skip
 
 #: Longest reason kept from a provider (bounce diagnostics can be long SMTP transcripts).
 MAX_REASON = 1000
@@ -17,14 +22,6 @@ MAX_EVENT_ID = 255
 #: Longest recipient address accepted (RFC 5321 §4.5.3.1.3: a path is at most 256
 #: octets, its angle brackets included); the suppression list keys on it, as above.
 MAX_ADDRESS = 254
-
-#: What a PostgreSQL `text` value cannot hold: U+0000 (PostgreSQL docs, "Character
-#: Types": "the character with code zero ... cannot be stored") and lone surrogates
-#: (U+D800..U+DFFF), which have no UTF-8 form although JSON's "\ud800" escape decodes to
-#: one (RFC 8259 §8.2).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-#: U+FFFD REPLACEMENT CHARACTER (Unicode §23.8), what a decoder puts for what it cannot read.
-REPLACEMENT = "\ufffd"
 
 
 def parse_json_object(body: bytes | str) -> dict[str, object]:
@@ -77,15 +74,3 @@ def address(value: object, what: str) -> str:
 def reason(text: str) -> str:
     """`text` cut to MAX_REASON characters."""
     return text[:MAX_REASON]
-
-
-def storable(text: str) -> str:
-    """`text` with each character PostgreSQL text cannot hold (U+0000, a lone surrogate)
-    replaced by U+FFFD, one for one (lengths and positions are kept).
-
-    Provider text is not ours to refuse: a bounce description quotes a remote mail server,
-    which may send anything, and the provider retries a refused event for days.
-    `webhooks.apply.apply_event` passes every text of an event through this before the
-    database sees it, so parsers keep what the provider sent.
-    """
-    return _UNSTORABLE.sub(REPLACEMENT, text)

@@ -52,7 +52,7 @@ def insert(
 ) -> uuid.UUID | None:
     """Store a verified event once, `received_at = now` (aware UTC; `occurred_at` and
     `applied_at` too, None when unknown / not applied) (`webhook_event_insert`). Texts
-    must hold no U+0000 nor lone surrogates (`webhooks.parsing.storable`). Returns the new
+    must hold no U+0000 nor lone surrogates (`reminder_core.text.storable`). Returns the new
     row's id, or None when (provider, event_id) was stored before (a replay: nothing
     written)."""
     row_id: uuid.UUID | None = run(

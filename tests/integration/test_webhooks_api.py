@@ -702,6 +702,24 @@ def test_resend_email_id_with_nul_is_stored_unmatched(client: TestClient, db: En
     assert (row["provider_message_id"], row["outcome"]) == ("a\ufffdb", "unmatched")
 
 
+def test_resend_bounce_with_a_long_email_id_finds_the_send_the_sender_recorded(
+    client: TestClient, db: Engine
+) -> None:
+    # The sender records a message id's first MAX_MESSAGE_ID (512) characters (a btree
+    # entry holds ~2.7 kB; tests/integration/test_unstorable_provider_text.py); the
+    # event carries the whole id, and finds that row.
+    long_id = "m" + uuid.uuid4().hex * 40  # 1,281 characters
+    delivery = sent_delivery(
+        db, provider="resend", message_id=long_id[:512], recipient="delivered@example.com"
+    )
+    bounced = json.loads(json.dumps(RESEND_BOUNCED))
+    bounced["data"]["email_id"] = long_id
+    body = raw(bounced)
+    resp = client.post(RESEND_URL, content=body, headers=resend_headers(body))
+    assert resp.status_code == 200, resp.text
+    assert delivery_status(db, delivery) == "bounced"
+
+
 @pytest.mark.parametrize("bad", [NUL, LONE_SURROGATE], ids=["nul", "lone-surrogate"])
 def test_ses_diagnostic_with_unstorable_text_is_applied(
     client: TestClient, db: Engine, signer: SnsSigner, bad: str

@@ -12,7 +12,10 @@ resend.com/docs/dashboard/emails/idempotency-keys):
     kinds: "500", "429" (+ retry_after), "400", any other status code such as "503"
            (answered with that status, nothing accepted), "latency" (+ seconds),
            "timeout" (+ seconds: answer only after that long), "drop" (close without
-           answering)
+           answering), "message_id" (+ id: accept the message as usual but answer, and
+           record, `id` as its message id: any text a provider might send, "\u0000"
+           and "\ud800" escapes included), "raw" (+ status, body_hex: answer `status`
+           with exactly these bytes as the body, nothing accepted: invalid UTF-8, NUL)
     POST /_mode    {"dedupe": false}: like SES or SMTP, every call is a new email with a
                     new message id, a key already accepted included (answered 200, its
                     request's status "resent"); {"dedupe": true} is the default, kept
@@ -445,6 +448,15 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(float(fault.get("seconds", 30)))  # type: ignore[union-attr]
         if kind == "latency":
             time.sleep(float(fault.get("seconds", 1)))  # type: ignore[union-attr]
+        if kind == "raw":
+            record["status"] = int(fault["status"])  # type: ignore[index]
+            data = bytes.fromhex(fault["body_hex"])  # type: ignore[index]
+            self.send_response(int(fault["status"]))  # type: ignore[index]
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if isinstance(kind, str) and kind.isdigit():
             status = int(kind)
             headers = {}
@@ -467,7 +479,8 @@ class Handler(BaseHTTPRequestHandler):
                 message = first
                 record["status"] = "duplicate"
             else:
-                message = {"id": str(uuid.uuid4()), "key": key, "to": payload.get("to"),
+                message_id = fault["id"] if kind == "message_id" else str(uuid.uuid4())  # type: ignore[index]
+                message = {"id": message_id, "key": key, "to": payload.get("to"),
                            "subject": payload.get("subject"), "at": time.time(),
                            "from": payload.get("from"), "text": payload.get("text"),
                            "html": payload.get("html"), "tags": _tags(payload),
