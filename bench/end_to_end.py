@@ -70,6 +70,9 @@ BATCH_END = 60.0
 #: Occurrences of each pg_limit.py reference run (its rate does not depend on the count:
 #: 29,200-31,600/s at 30,000 and 29,800-32,300/s at 100,000, alternated, 2026-12-07).
 PG_LIMIT_N = 100_000
+#: Where the team's reference lives: beside the project (../shared/bench/pg_limit.py, as
+#: the developers' guide names it); PG_LIMIT_SCRIPT (or --pg-limit) names another place.
+PG_LIMIT_DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "bench" / "pg_limit.py"
 
 
 class AcceptAll:
@@ -461,9 +464,16 @@ def main() -> None:
         "--reminders",
         type=int,
         default=PG_LIMIT_N,
-        help="occurrences per in-process run and for the raw-SQL reference (default: as"
-        " many as the pg_limit reference's; a run of ~2 s, e.g. 30,000, weighs start-up:"
-        " connections, template compilation, statements not yet prepared)",
+        help="occurrences per in-process run and for the bench's own set-based raw-SQL"
+        " reference (default: as many as each pg_limit.py run, --pg-limit-n; a run of ~2 s,"
+        " e.g. 30,000, weighs start-up: connections, template compilation, statements not"
+        " yet prepared)",
+    )
+    parser.add_argument(
+        "--pg-limit-n",
+        type=int,
+        default=PG_LIMIT_N,
+        help="occurrences of each pg_limit.py run (its rate does not depend on the count)",
     )
     parser.add_argument(
         "--http-reminders",
@@ -507,9 +517,10 @@ def main() -> None:
     parser.add_argument(
         "--pg-limit",
         type=Path,
-        default=Path(__file__).resolve().parents[2] / "shared" / "bench" / "pg_limit.py",
+        default=Path(os.environ.get("PG_LIMIT_SCRIPT") or PG_LIMIT_DEFAULT),
         help="the team's physical-limit reference (raw SQL, same database), run right before"
-        " each in-process run, which is compared with it; skipped when the file is not there",
+        " each in-process run, which is compared with it; skipped when the file is not there"
+        " (default: $PG_LIMIT_SCRIPT, else ../shared/bench/pg_limit.py beside the project)",
     )
     args = parser.parse_args()
     fake, fake_url = start_fake_provider()
@@ -545,7 +556,7 @@ def run_all(
     if not with_limit:
         print(f"(no {args.pg_limit}: the pg_limit reference is skipped)")
     else:
-        print(f"../shared/bench/pg_limit.py whole pipeline (raw SQL, {PG_LIMIT_N:,} occurrences)"
+        print(f"{args.pg_limit} whole pipeline (raw SQL, {args.pg_limit_n:,} occurrences)"
               " runs before each in-process run; issue 15: in-process >= 0.5 x it")  # fmt: skip
     for batch in args.batch:
         default = " (the default)" if batch == DEFAULTS.sender_batch_size else ""
@@ -566,7 +577,7 @@ def run_all(
                             "batch end": BATCH_END}[mode]  # fmt: skip
                 limit = None
                 if with_limit and not http:
-                    limit = pg_limit_rate(url, args.pg_limit)
+                    limit = pg_limit_rate(url, args.pg_limit, args.pg_limit_n)
                     if limit:
                         figures.setdefault("pg_limit_per_s", []).append(limit)
                         print(f"pg_limit.py whole pipeline (raw SQL), just before: {limit:8,.0f}/s")

@@ -120,11 +120,35 @@ def run_variant(
     return (time.perf_counter() - started) / len(batch)
 
 
+def split_of(batches: int) -> int:
+    """How many of `batches` go to the alternated variants (two thirds, whole rounds of
+    VARIANTS); the rest measure the update without the per-user index."""
+    return (batches * 2 // 3) // len(VARIANTS) * len(VARIANTS)
+
+
+def batch_count(reminders: int, batch: int) -> int:
+    return -(-reminders // batch) if batch > 0 else 0
+
+
+#: The fewest batches that give each alternated variant one warm-up and one measured
+#: round, and the update without the index two rounds (statistics.median needs one value).
+MIN_BATCHES = next(
+    b for b in range(1, 10_000) if split_of(b) >= 2 * len(VARIANTS) and b - split_of(b) >= 2
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reminders", type=int, default=150_000)
     parser.add_argument("--batch", type=int, default=500)
     args = parser.parse_args()
+    if args.batch < 1 or batch_count(args.reminders, args.batch) < MIN_BATCHES:
+        parser.error(
+            f"--reminders {args.reminders:,} in batches of {args.batch} make"
+            f" {batch_count(args.reminders, args.batch)} batches; each variant needs a"
+            f" warm-up round and a measured one: at least {MIN_BATCHES} batches"
+            f" (--reminders {MIN_BATCHES * max(1, args.batch):,} or more at this batch)"
+        )
     with scratch_database("reminders_flushcost") as url:
         engine = make_engine(url, pool_size=2)
         now = utcnow()
@@ -148,7 +172,7 @@ def main() -> None:
             per_row: dict[str, list[float]] = {v: [] for v in (*VARIANTS, "update_nouser")}
             # Two thirds of the batches for the alternated variants, the rest for the
             # update once the per-user index is gone; the first round of each warms up.
-            split = (len(batches) * 2 // 3) // len(VARIANTS) * len(VARIANTS)
+            split = split_of(len(batches))
             for i, batch in enumerate(batches[:split]):
                 variant = VARIANTS[i % len(VARIANTS)]
                 seconds = run_variant(conn, variant, batch)

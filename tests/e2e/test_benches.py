@@ -47,3 +47,44 @@ def test_the_benchmark_runs_and_prints_its_figures(name: str) -> None:
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     assert expected in output, output[-3000:]
+
+
+def test_end_to_end_runs_the_pg_limit_reference_before_each_in_process_run(
+    tmp_path: Path,
+) -> None:
+    # A stand-in for ../shared/bench/pg_limit.py (the team's script, not in this
+    # repository): it records its arguments and prints the line the real one prints.
+    calls = tmp_path / "calls"
+    script = tmp_path / "pg_limit.py"
+    script.write_text(
+        "import sys\n"
+        f"open({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        "print('whole pipeline: 12,000 occurrences/s')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.end_to_end", "--reminders", "2000", "--providers",
+         "in-process", "--batch", "100", "--pg-limit", str(script), "--pg-limit-n", "777"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 2  # once before each in-process run (streaming, batch end)
+    assert all(line.startswith("postgresql://") and line.endswith(" 777") for line in lines)
+    assert output.count("pg_limit.py whole pipeline (raw SQL), just before:   12,000/s") == 2
+    assert output.count(" x pg_limit") == 2
+
+
+def test_flush_cost_refuses_too_few_batches_before_touching_a_database() -> None:
+    # 3,000 at 500 are 6 batches: too few for a warm-up and a measured round of each of
+    # its seven variants (issue 15's trial: statistics.median failed on no rounds).
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.flush_cost", "--reminders", "3000", "--batch", "500"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "6 batches" in done.stderr
+    assert "at least 21 batches" in done.stderr
+    assert "Traceback" not in done.stderr
