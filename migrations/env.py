@@ -9,6 +9,7 @@ from sqlalchemy import Connection, text
 
 from reminder_core.db.models import Base
 from reminder_core.db.session import make_engine
+from reminder_core.errors import ConfigurationError
 
 config = context.config
 target_metadata = Base.metadata
@@ -34,7 +35,28 @@ MIGRATION_LOCK = 727274
 LOCK_POLL_S = 0.2
 
 
+def _require_utf8(connection: Connection) -> None:
+    """Refuse a database whose encoding is not UTF8: users' titles and provider text are
+    Unicode, and a database in, say, LATIN1 refuses what it cannot encode in every
+    statement that carries it (an emoji title, a U+FFFD that replaced a provider's NUL).
+
+    Raises:
+        ConfigurationError: the server encoding is another (the CLI prints it, exit 2).
+    """
+    ours = not connection.in_transaction()
+    encoding = connection.execute(text("SHOW server_encoding")).scalar_one()
+    if ours:
+        connection.rollback()
+    if encoding != "UTF8":
+        database = connection.engine.url.database
+        raise ConfigurationError(
+            f"the database {database!r} is encoded {encoding}; reminders needs UTF8: create"
+            f" it with CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0"
+        )
+
+
 def _run(connection: Connection) -> None:
+    _require_utf8(connection)
     # Two replicas of the migration Job at once: the second waits for the first, then finds
     # nothing to do. A session lock, held across the per-migration transactions (a
     # transaction-level lock taken outside them ends with the statement that takes it).

@@ -100,8 +100,8 @@ COMPLETER_FLUSHED = Counter(
 COMPLETER_UNRECORDED = Counter(
     "reminders_completer_unrecorded_total",
     "Send outcomes the streaming completer could not record because the database refused"
-    " their row, even with its provider text escaped; the row stays `sending` and its"
-    " message comes back after the delivery lease (docs/operations.md).",
+    " their row, even with its provider text escaped; the row stays as it was and its"
+    " message comes back after its visibility timeout (docs/design.md).",
 )
 COMPLETER_WAIT = Histogram(
     "reminders_completer_wait_seconds",

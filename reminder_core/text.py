@@ -5,6 +5,7 @@ must never block the rows written beside it (docs/design.md, "Sender": "Provider
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 #: What a PostgreSQL `text` value cannot hold: U+0000 (PostgreSQL docs, "Character
@@ -27,18 +28,33 @@ MAX_ERROR = 2000
 
 def storable(text: str) -> str:
     """`text` with each character PostgreSQL text cannot hold (U+0000, a lone surrogate)
-    replaced by U+FFFD, one for one (lengths and positions are kept); `text` itself when
-    it holds none (the common case costs two scans in C, ~0.1 us for a short id)."""
+    replaced by U+FFFD, one for one (lengths and positions are kept); `text` itself (the
+    same object) when it holds none (the common case costs two scans in C, ~0.1 us for a
+    short id)."""
     if "\x00" not in text and (text.isascii() or not _UNSTORABLE.search(text)):
         return text
     return _UNSTORABLE.sub(REPLACEMENT, text)
 
 
+#: Joins the kept prefix of an id that cannot be stored as it is to its digest.
+DIGEST_MARK = "~sha256:"
+#: Characters of such an id's prefix: its digest form is MAX_MESSAGE_ID characters long.
+_ID_PREFIX = MAX_MESSAGE_ID - len(DIGEST_MARK) - 64
+
+
 def storable_message_id(message_id: str) -> str:
-    """A provider's message id as it is stored and looked up: `storable`, cut to
-    MAX_MESSAGE_ID characters. The sender (recording a send) and the webhooks (finding
-    the send of an event) both pass ids through this, so the two always match."""
-    return storable(message_id[:MAX_MESSAGE_ID])
+    """A provider's message id as it is stored and looked up. An id PostgreSQL can hold,
+    of at most MAX_MESSAGE_ID characters (every real one), is kept as it is; any other
+    becomes its first 440 characters made `storable`, DIGEST_MARK, and the SHA-256 of
+    the whole id (hex; its UTF-8 bytes, lone surrogates passed through): 512 characters,
+    and two ids that differ anywhere stay two (a cut or a replacement alone would make
+    "x\x00y" and "x\ud800y", or two ids that share 512 characters, one). The sender
+    (recording a send) and the webhooks (finding the send of an event) both pass ids
+    through this, so the two always match."""
+    if len(message_id) <= MAX_MESSAGE_ID and storable(message_id) is message_id:
+        return message_id
+    digest = hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return storable(message_id[:_ID_PREFIX]) + DIGEST_MARK + digest
 
 
 def storable_error(error: str) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from tenacity import (
     Retrying,
     retry_if_exception,
@@ -339,19 +339,23 @@ class Completer:
         id of each row the database refused}).
 
         Raises:
-            sqlalchemy.exc.DBAPIError: the database still failed at the deadline.
+            sqlalchemy.exc.StatementError (DBAPIError): the database still failed at the
+                deadline, or the statement failed otherwise than `refused`.
         """
         deadline = time.monotonic() + self.retry_budget_s
         try:
             return self._write(rows, now, check_earlier=False), set()
-        except DBAPIError as exc:
-            _log_failure(exc)
+        except StatementError as exc:
             if not refused(exc):
+                _log_failure(exc)
                 try:
                     return self._write_again(rows, now, deadline), set()
-                except DBAPIError as again:
+                except StatementError as again:
                     if not refused(again):
                         raise
+                    exc = again
+            log.warning("completer flush refused by the database; writing its rows one by one:"
+                        " %s", exc)  # fmt: skip
             return self._write_each(rows, now, deadline)
 
     def _write_again(
@@ -391,18 +395,19 @@ class Completer:
         `_write_flush`.
 
         Raises:
-            sqlalchemy.exc.DBAPIError: the database failed otherwise until `deadline`.
+            sqlalchemy.exc.StatementError (DBAPIError): the database failed otherwise
+                until `deadline`.
         """
         recorded: dict[uuid.UUID, bool] = {}
         refused_ids: set[uuid.UUID] = set()
         for row in rows:
-            error: DBAPIError | None = None
+            error: StatementError | None = None
             for candidate in (row, _escaped(row)):
                 try:
                     recorded |= self._write_again([candidate], now, deadline)
                     error = None
                     break
-                except DBAPIError as exc:
+                except StatementError as exc:
                     if not refused(exc):
                         raise
                     error = exc
@@ -410,8 +415,9 @@ class Completer:
                 refused_ids.add(row.id)
                 COMPLETER_UNRECORDED.inc()
                 log.error(
-                    "completer cannot record an outcome: the database refuses its row;"
-                    " it stays sending under this sender's lease",
+                    "completer cannot record an outcome: the database refuses its row, even"
+                    " escaped; the row stays as it was and the message comes back after its"
+                    " visibility timeout",
                     extra={"reminder_id": row.reminder_id, "run_time_utc": row.run_time_utc,
                            "status": row.status.value, "error": str(error.orig)},
                 )  # fmt: skip
@@ -439,7 +445,7 @@ class Completer:
             if first:
                 earlier |= delivery_log.record_first_sends_many(conn, first, now=now)
             return earlier
-        except DBAPIError as exc:
+        except StatementError as exc:
             if not refused(exc):  # a refused statement leaves an autocommit connection usable
                 self._drop_connection()
             raise
@@ -475,11 +481,14 @@ def _log_failure(error: BaseException | None) -> None:
 REFUSED_SQLSTATE_CLASSES = frozenset({"22", "23", "54"})
 
 
-def refused(error: DBAPIError) -> bool:
+def refused(error: StatementError) -> bool:
     """True when `error` is PostgreSQL (or psycopg, before sending) refusing the
-    statement's data (REFUSED_SQLSTATE_CLASSES, or a client-side DataError), not the
-    connection or the server failing."""
-    if error.connection_invalidated:
+    statement's data (REFUSED_SQLSTATE_CLASSES, a client-side DataError, or text the
+    connection's encoding cannot carry: a UnicodeError, which SQLAlchemy raises as a
+    plain StatementError), not the connection or the server failing."""
+    if isinstance(error.orig, UnicodeError):
+        return True
+    if not isinstance(error, DBAPIError) or error.connection_invalidated:
         return False
     if isinstance(error, DataError | IntegrityError):
         return True

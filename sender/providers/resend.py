@@ -115,8 +115,9 @@ class ResendProvider:
         Raises:
             TransientDeliveryError: connection failure (not taken), 408/425/429/5xx
                 (not taken; with Retry-After), 401/403 (operator must fix the key), or a
-                timeout/broken response after the request was sent, or 409 (the key is
-                already known to Resend) (`ambiguous`).
+                timeout/broken response after the request was sent, a 2xx without a
+                non-empty string `id`, or 409 (the key is already known to Resend)
+                (`ambiguous`).
             PermanentDeliveryError: any other 4xx (the message or address is invalid).
         """
         try:
@@ -153,12 +154,16 @@ class ResendProvider:
         status = response.status
         if status < 300:
             try:
-                message_id = str(json.loads(response.body)["id"])
-            except (ValueError, KeyError, TypeError) as exc:
+                message_id = json.loads(response.body)["id"]
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                message_id = exc  # RecursionError: JSON nested deeper than Python parses
+            if not isinstance(message_id, str) or not message_id:
+                # Resend answers {"id": "<uuid>"}: anything else says nothing of the
+                # message, which it may have taken (a retry stays on this provider).
                 raise TransientDeliveryError(
                     f"{self.name}: unreadable success answer {response.text[:200]!r}",
                     ambiguous=True,
-                ) from exc
+                ) from (message_id if isinstance(message_id, Exception) else None)
             return SendReceipt(provider=self.name, provider_message_id=message_id)
         detail = f"{self.name}: HTTP {status}: {response.text[:300]}"
         if status in RETRYABLE or status >= 500 or status in OPERATOR_ERRORS:

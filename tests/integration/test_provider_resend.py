@@ -82,6 +82,23 @@ def test_the_same_key_with_another_payload_is_409_ambiguous_and_sends_nothing(fa
     assert [r["status"] for r in fake.state.requests] == [200, "invalid_idempotent_request"]
 
 
+@pytest.mark.parametrize(
+    "body",
+    [b'{"id": null}', b'{"id": 12345}', b'{"id": ""}', b'{"id": {"a": 1}}', b"not json",
+     b'{"id": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"],
+    ids=["null", "number", "empty", "object", "not-json", "nested-200000-deep"],
+)  # fmt: skip
+def test_a_2xx_without_a_string_id_is_ambiguous(fake, body: bytes) -> None:
+    """Resend answers a send 200 {"id": "<uuid>"} (API reference, "Send Email"): any
+    other 2xx says nothing of the message, which Resend may have taken, so the retry
+    must stay on it (ambiguous); never a receipt with "None" or "12345" for an id, and
+    never a RecursionError from JSON nested deeper than Python parses."""
+    fake.inject({"kind": "raw", "status": 200, "body_hex": body.hex()})
+    with pytest.raises(TransientDeliveryError, match="unreadable success answer") as info:
+        resend(fake.url).send(EMAIL, idempotency_key=KEY)
+    assert info.value.ambiguous is True
+
+
 def test_429_is_transient_with_retry_after(fake) -> None:
     fake.inject({"kind": "429", "retry_after": 2})
     with pytest.raises(TransientDeliveryError) as info:

@@ -6,21 +6,26 @@ receive called the provider again, and none of the batch's messages was settled.
 Expected values come from the rules, not from the code: PostgreSQL text cannot hold
 U+0000 (PostgreSQL docs, "Character Types") nor, being UTF-8 (RFC 3629 §3), a lone
 surrogate; such characters are stored as U+FFFD, one for one (reminder_core.text);
-a message id is a key of a btree index whose entries are limited to about 2.7 kB, so it
-is kept to its first MAX_MESSAGE_ID characters, by the sender and the webhooks alike.
+a message id is a key of a btree index whose entries are limited to about 2.7 kB, so an
+id longer than MAX_MESSAGE_ID characters, or one holding such characters, is stored as a
+prefix and the SHA-256 of the whole id, by the sender and the webhooks alike.
 A row refused whatever its text leaves only itself unrecorded: the other outcomes of
 its flush are recorded and the batch settles.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
 
+from reminder_core.db.migrate import upgrade
+from reminder_core.db.session import make_engine
+from reminder_core.errors import ConfigurationError
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from reminder_core.text import MAX_MESSAGE_ID
@@ -29,6 +34,7 @@ from tests.integration.test_sender import claim
 from tests.support.fake_provider import FakeProvider
 from tests.support.providers import resend_provider
 from tests.support.sending import NOW, CountingProvider, make_sender
+from tests.support.workloads import database_url_named, drop_database
 
 R = "\ufffd"  # U+FFFD REPLACEMENT CHARACTER
 #: 8,000 random URL-safe bytes: ~10,700 characters that do not compress below the btree
@@ -41,6 +47,10 @@ def fake() -> Iterator[FakeProvider]:
     server = FakeProvider().start()
     yield server
     server.stop()
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def rows(db: Engine) -> list[tuple[str, str | None, str | None]]:
@@ -93,7 +103,13 @@ def test_hostile_resend_answers_are_recorded_replaced_and_the_batch_settles(
     stored = rows(db)
     ids = {pmid for status, pmid, _ in stored if status == "sent"}
     assert len(ids) == 10
-    assert {"abc" + R + "def", R + "x", LONG_ID[:MAX_MESSAGE_ID]} <= ids
+    # Ids PostgreSQL cannot hold as they are: a prefix, then the whole id's SHA-256.
+    assert {
+        "abc" + R + "def" + "~sha256:" + sha256("abc\x00def"),
+        R + "x" + "~sha256:" + sha256("\ud800x"),
+        LONG_ID[:440] + "~sha256:" + sha256(LONG_ID),
+    } <= ids
+    assert all(len(i) <= MAX_MESSAGE_ID for i in ids)
     errors = {status: error for status, _, error in stored if status != "sent"}
     assert set(errors) == {"failed", "sending"}  # the 503's row is released, not ended
     assert "bad" + R + "address" + R in (errors["failed"] or "")
@@ -198,3 +214,71 @@ def test_a_row_the_database_refuses_leaves_only_itself_unrecorded(
             text("SELECT status FROM reminders WHERE title = 'Refused 1'")
         ).scalar_one()
     assert status == "claimed"  # not moved on: the occurrence is decided again
+
+
+class EuroIdProvider(CountingProvider):
+    """The counting file sink, answering the reminder titled "Euro ..." with the id
+    "id-€-1" (U+20AC, which LATIN1 has no byte for)."""
+
+    def send(self, email, *, idempotency_key):  # type: ignore[no-untyped-def]
+        receipt = super().send(email, idempotency_key=idempotency_key)
+        if "Euro" in email.subject:
+            return type(receipt)(provider=receipt.provider, provider_message_id="id-\u20ac-1")
+        return receipt
+
+
+def test_text_the_connection_encoding_cannot_carry_is_recorded_escaped(
+    db: Engine, queue: PostgresQueue, settings: Settings, database_url: str
+) -> None:
+    # A client encoding of LATIN1 (PGCLIENTENCODING, or a LATIN1 database) cannot carry
+    # U+20AC: psycopg refuses it before sending (UnicodeEncodeError, which SQLAlchemy
+    # raises as a StatementError, not a DBAPIError). Such a flush is refused like one
+    # PostgreSQL refuses: the other outcomes are recorded, that one escaped.
+    insert_due_reminders(db, 5, next_run_utc=NOW)
+    insert_due_reminders(db, 1, next_run_utc=NOW, title="Euro")
+    claim(db, queue)
+    latin1 = make_engine(database_url + "?client_encoding=LATIN1", pool_size=4)
+    try:
+        with latin1.connect() as conn:
+            assert conn.exec_driver_sql("SHOW client_encoding").scalar_one() == "LATIN1"
+        provider = EuroIdProvider(settings.effective_mail_dir)
+        sender = make_sender(
+            latin1, PostgresQueue(latin1, name="reminders", max_receive_count=5), settings, provider
+        )
+        sender.completer.flush_max = 100
+        sender.completer.flush_interval_s = 60.0
+        try:
+            assert sender.run_once(NOW).counts == {"sent": 6}
+        finally:
+            sender.close()
+    finally:
+        latin1.dispose()
+    ids = {pmid for status, pmid, _ in rows(db) if status == "sent"}
+    assert len(ids) == 6
+    assert "id-\\u20ac-1" in ids  # Python's ascii() form of "id-€-1"
+    assert live_messages(db) == 0
+
+
+def test_migrate_refuses_a_database_not_in_utf8(admin_url: str) -> None:
+    name = f"reminders_latin1_{secrets.token_hex(4)}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(
+            text(
+                f"CREATE DATABASE \"{name}\" ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'"
+                " TEMPLATE template0"
+            )
+        )
+    try:
+        with pytest.raises(ConfigurationError, match="encoded LATIN1; reminders needs UTF8"):
+            upgrade(database_url_named(admin_url, name))
+        probe = create_engine(database_url_named(admin_url, name))
+        with probe.connect() as db_conn:  # nothing was created
+            tables = db_conn.execute(
+                text("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            ).scalar_one()
+        probe.dispose()
+        assert tables == 0
+    finally:
+        drop_database(admin_url, name)
+        admin.dispose()

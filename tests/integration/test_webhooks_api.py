@@ -18,6 +18,7 @@ with every table unchanged; a replay 2xx with every table unchanged; malformed b
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import socket
@@ -657,7 +658,11 @@ def test_postmark_ids_and_address_with_nul_are_applied(client: TestClient, db: E
     resp = client.post(POSTMARK_URL, content=body, headers=basic())
     assert resp.status_code == 200, resp.text
     row = webhook_row(db)
-    assert (row["provider_message_id"], row["recipient"]) == ("m\ufffd", "x@y.z\ufffd")
+    digest = hashlib.sha256(b"m\x00").hexdigest()  # docs/design.md, "Provider text"
+    assert (row["provider_message_id"], row["recipient"]) == (
+        f"m\ufffd~sha256:{digest}",
+        "x@y.z\ufffd",
+    )
     assert row["outcome"] == "unmatched"
 
 
@@ -699,18 +704,25 @@ def test_resend_email_id_with_nul_is_stored_unmatched(client: TestClient, db: En
     resp = client.post(RESEND_URL, content=body, headers=resend_headers(body))
     assert resp.status_code == 200, resp.text
     row = webhook_row(db)
-    assert (row["provider_message_id"], row["outcome"]) == ("a\ufffdb", "unmatched")
+    # Stored as docs/design.md "Provider text" says: the storable prefix, then the
+    # SHA-256 of the id as sent.
+    digest = hashlib.sha256(b"a\x00b").hexdigest()
+    assert (row["provider_message_id"], row["outcome"]) == (
+        f"a\ufffdb~sha256:{digest}",
+        "unmatched",
+    )
 
 
 def test_resend_bounce_with_a_long_email_id_finds_the_send_the_sender_recorded(
     client: TestClient, db: Engine
 ) -> None:
-    # The sender records a message id's first MAX_MESSAGE_ID (512) characters (a btree
-    # entry holds ~2.7 kB; tests/integration/test_unstorable_provider_text.py); the
-    # event carries the whole id, and finds that row.
+    # The sender records an id longer than 512 characters as its first 440, "~sha256:"
+    # and the SHA-256 of the whole id (a btree entry holds ~2.7 kB; docs/design.md,
+    # "Provider text"); the event carries the whole id, and finds that row.
     long_id = "m" + uuid.uuid4().hex * 40  # 1,281 characters
+    stored = long_id[:440] + "~sha256:" + hashlib.sha256(long_id.encode()).hexdigest()
     delivery = sent_delivery(
-        db, provider="resend", message_id=long_id[:512], recipient="delivered@example.com"
+        db, provider="resend", message_id=stored, recipient="delivered@example.com"
     )
     bounced = json.loads(json.dumps(RESEND_BOUNCED))
     bounced["data"]["email_id"] = long_id

@@ -9,6 +9,7 @@ index limited to about 2.7 kB per entry: at most 512 characters, 2,048 bytes of 
 
 from __future__ import annotations
 
+import hashlib
 import string
 
 from hypothesis import given, settings
@@ -41,13 +42,26 @@ def test_storable_text_is_returned_as_it_is() -> None:
     assert storable(value) is value
 
 
-def test_message_ids_are_cut_to_512_characters_within_the_btree_entry_limit() -> None:
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def test_a_message_id_postgresql_can_hold_is_kept_as_it_is() -> None:
+    for value in ("4ef9a417-02e9-4d39-ad75-9611e0fcc33c", "caf\u00e9", "m" * 512):
+        assert storable_message_id(value) is value
+
+
+def test_other_message_ids_keep_a_prefix_and_the_digest_of_the_whole_id() -> None:
+    assert MAX_MESSAGE_ID == 512
+    assert storable_message_id("a\x00b") == "a" + FFFD + "b~sha256:" + sha256("a\x00b")
+    # Ids that a cut or a replacement alone would make one stay two.
+    assert storable_message_id("x\x00y") != storable_message_id("x\ud800y")
+    assert storable_message_id("c" * 512 + "1") != storable_message_id("c" * 512 + "2")
     four_byte = "\U0001f600" * 2000
     kept = storable_message_id(four_byte)
-    assert MAX_MESSAGE_ID == 512
-    assert kept == four_byte[:512]
-    assert len(kept.encode("utf-8")) == 2048  # < 2,704, PostgreSQL's btree entry limit
-    assert storable_message_id("a\x00" * 300) == ("a" + FFFD) * 256
+    assert kept == "\U0001f600" * 440 + "~sha256:" + sha256(four_byte)
+    assert len(kept) == 512
+    assert len(kept.encode("utf-8")) == 1832  # < 2,704, PostgreSQL's btree entry limit
 
 
 def test_error_text_is_cut_to_max_error() -> None:
