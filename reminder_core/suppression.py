@@ -70,9 +70,10 @@ def find_delivery(
     conn: Connection, provider: str, provider_message_id: str | None
 ) -> DeliveryRef | None:
     """The delivery row whose (provider, provider_message_id) is this, or None. The id
-    is looked up as the sender stored it (`reminder_core.text.storable_message_id`: NUL
-    and lone surrogates as U+FFFD, the first MAX_MESSAGE_ID characters), so an event's
-    id always matches its send, and none can fail the statement."""
+    is looked up as the sender stored it (`reminder_core.text.storable_message_id`: as
+    it is when PostgreSQL can hold it within MAX_MESSAGE_ID characters, else a storable
+    prefix and the SHA-256 of the whole id), so an event's id matches its send, and none
+    can fail the statement."""
     if not provider_message_id:
         return None
     return delivery_log.get_by_provider_message(

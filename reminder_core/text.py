@@ -40,21 +40,36 @@ def storable(text: str) -> str:
 DIGEST_MARK = "~sha256:"
 #: Characters of such an id's prefix: its digest form is MAX_MESSAGE_ID characters long.
 _ID_PREFIX = MAX_MESSAGE_ID - len(DIGEST_MARK) - 64
+_HEX64 = re.compile("[0-9a-f]{64}")
 
 
 def storable_message_id(message_id: str) -> str:
     """A provider's message id as it is stored and looked up. An id PostgreSQL can hold,
-    of at most MAX_MESSAGE_ID characters (every real one), is kept as it is; any other
-    becomes its first 440 characters made `storable`, DIGEST_MARK, and the SHA-256 of
-    the whole id (hex; its UTF-8 bytes, lone surrogates passed through): 512 characters,
-    and two ids that differ anywhere stay two (a cut or a replacement alone would make
-    "x\x00y" and "x\ud800y", or two ids that share 512 characters, one). The sender
-    (recording a send) and the webhooks (finding the send of an event) both pass ids
-    through this, so the two always match."""
+    of at most MAX_MESSAGE_ID characters and without DIGEST_MARK (every real one), is
+    kept as it is; any other becomes its first 440 characters made `storable`,
+    DIGEST_MARK, and the SHA-256 of the whole id (hex; its UTF-8 bytes, lone surrogates
+    passed through): 512 characters, and two ids that differ anywhere stay two (a cut or
+    a replacement alone would make "x\x00y" and "x\ud800y", or two ids that share 512
+    characters, one). A value already in that form is kept (`is_digest_form`), so the
+    rule can be applied twice; an id a provider made in the exact form of another id's
+    digest form is the one case where two ids become one. The sender (recording a send)
+    and the webhooks (finding the send of an event) both pass ids through this, so the
+    two always match."""
     if len(message_id) <= MAX_MESSAGE_ID and storable(message_id) is message_id:
-        return message_id
+        if DIGEST_MARK not in message_id or is_digest_form(message_id):
+            return message_id
     digest = hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()
     return storable(message_id[:_ID_PREFIX]) + DIGEST_MARK + digest
+
+
+def is_digest_form(message_id: str) -> bool:
+    """True when `message_id` is what `storable_message_id` makes of an id it cannot
+    keep: 440 characters, DIGEST_MARK, 64 lowercase hex digits."""
+    return (
+        len(message_id) == MAX_MESSAGE_ID
+        and message_id[_ID_PREFIX : _ID_PREFIX + len(DIGEST_MARK)] == DIGEST_MARK
+        and _HEX64.fullmatch(message_id, _ID_PREFIX + len(DIGEST_MARK)) is not None
+    )
 
 
 def storable_error(error: str) -> str:

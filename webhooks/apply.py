@@ -5,9 +5,9 @@ reminders, all in the caller's transaction. Signature checks and parsing happen 
 
 This is the one door from provider text to the database: every text of an event, and the
 raw body, pass through `reminder_core.text.storable` here (U+0000 and lone surrogates
-become U+FFFD; a provider message id is also cut to MAX_MESSAGE_ID characters, as the
-sender records it), whichever parser made the event. A provider's words are never a reason to refuse
-its event: it would retry it for days."""
+become U+FFFD; a provider message id becomes what `storable_message_id` makes it, as
+the sender records it), whichever parser made the event. A provider's words are never a
+reason to refuse its event: it would retry it for days."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def apply_event(
 
     Every text of `event` (provider, event id, provider message id, recipient, reason) is
     used as `storable` makes it: U+0000 and lone surrogates replaced by U+FFFD (the
-    message id also cut as `storable_message_id`, as the sender stored it), so what a
+    message id as `storable_message_id` makes it, as the sender stored it), so what a
     remote mail server wrote cannot fail the statement. An event id that differs from
     another only there is the same event.
 

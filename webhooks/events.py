@@ -63,12 +63,6 @@ class WebhookEvent:
     cell: str | None = None
 
 
-#: Longest provider message id taken as evidence (SES's are about 60 characters,
-#: Resend's 36): a longer one is no id of a provider we call, and would not fit the
-#: (provider, provider_message_id) index.
-MAX_MESSAGE_ID = 255
-
-
 def with_cell(events: list[WebhookEvent], cell: str | None) -> list[WebhookEvent]:
     """`events` with `cell` set (the `cell` tag of the record they came from)."""
     if cell is None:
@@ -86,14 +80,12 @@ def accepted_events(
     idempotency_key: str,
 ) -> list[WebhookEvent]:
     """The ACCEPTED event of a provider's "sent" / "delivered" record, as a list of one;
-    none when `provider_message_id` is not a string of 1 to MAX_MESSAGE_ID characters
-    once surrounding white space is removed. `to` is the record's recipient list (or one
-    address); the first address is kept when it is a string of at most 254 characters
-    (ours are single-recipient emails), else ""."""
-    if not isinstance(provider_message_id, str):
-        return []
-    provider_message_id = provider_message_id.strip()
-    if not 0 < len(provider_message_id) <= MAX_MESSAGE_ID:
+    none when `provider_message_id` is not a string holding more than white space. The id
+    is kept exactly as sent (it is stored and looked up as the sender records the id of
+    its answer, `reminder_core.text.storable_message_id`, whatever its length). `to` is
+    the record's recipient list (or one address); the first address is kept when it is
+    a string of at most 254 characters (ours are single-recipient emails), else ""."""
+    if not isinstance(provider_message_id, str) or not provider_message_id.strip():
         return []
     first = to[0] if isinstance(to, list) and to else to
     event = WebhookEvent(

@@ -47,7 +47,8 @@ def make_engine(
     """Create an engine for `url` (no connection is opened until first use).
 
     Every connection runs in UTC so that `timestamp without time zone` casts and logs read
-    the same on every host. With `statement_timeout_s` > 0 (seconds; the API's
+    the same on every host, and with the client encoding UTF8, whatever PGCLIENTENCODING
+    says. With `statement_timeout_s` > 0 (seconds; the API's
     API_STATEMENT_TIMEOUT_S), every statement on its connections, its lock waits
     included, is cancelled by the server after that long (PostgreSQL `statement_timeout`,
     SQLSTATE 57014: `sqlalchemy.exc.OperationalError`, its transaction rolled back), set
@@ -72,6 +73,10 @@ def make_engine(
             "application_name": application_name,
             "options": options,
             "connect_timeout": 10,
+            # Whatever PGCLIENTENCODING says: users' and providers' text is Unicode, and
+            # a client encoding such as LATIN1 made one emoji fail a whole batch
+            # (issue 15's trial); the database itself is UTF8 (migrations/env.py).
+            "client_encoding": "UTF8",
         },
     )
     event.listen(engine.pool, "checkin", _note_checkin)

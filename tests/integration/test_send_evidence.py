@@ -19,6 +19,7 @@ issue's requirement.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import uuid
@@ -287,3 +288,38 @@ def test_a_reported_send_is_recorded_sent_whatever_the_reminder_became(
     row = one(db, "SELECT status, provider_message_id, lease_token FROM delivery_log")
     assert tuple(row) == ("sent", message_id, None)
     assert one(db, "SELECT status FROM reminders").status == reminder_status
+
+
+LONG_ID = "r" + uuid.uuid4().hex * 20  # 641 characters
+
+
+@pytest.mark.parametrize(
+    ("answered", "stored"),
+    [
+        ("  pad-id\t", "  pad-id\t"),  # kept exactly: the sender records it so
+        (LONG_ID, LONG_ID[:440] + "~sha256:" + hashlib.sha256(LONG_ID.encode()).hexdigest()),
+    ],
+    ids=["padded", "641-characters"],
+)
+def test_the_evidence_of_an_odd_id_is_stored_as_the_sender_records_its_answer(
+    db: Engine,
+    queue: PostgresQueue,
+    settings: Settings,
+    fake: FakeProvider,
+    api: TestClient,
+    answered: str,
+    stored: str,
+) -> None:
+    # docs/design.md, "Provider text": the evidence event's id is stored and looked up as
+    # the sender stores the id of its own answer (an id over 512 characters as its
+    # prefix and SHA-256), so a later event with the same id finds the same row.
+    fake.inject({"kind": "message_id", "id": answered})
+    _, key, message_id = dead_sender_sent(db, queue, fake)
+    assert message_id == answered
+    email_sent(api, key, message_id)
+    provider = resend_provider(fake.url)
+    sender = make_sender(db, queue, settings, provider, Clock(LATER))  # type: ignore[arg-type]
+    assert sender.handle(receive_one(queue, LATER), LATER) == Outcome.SENT
+    assert len(fake.state.requests) == 1  # recorded from the evidence, not sent again
+    row = one(db, "SELECT status, provider_message_id FROM delivery_log")
+    assert tuple(row) == ("sent", stored)

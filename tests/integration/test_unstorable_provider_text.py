@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 
 from reminder_core.db.migrate import upgrade
 from reminder_core.db.session import make_engine
@@ -230,14 +230,22 @@ class EuroIdProvider(CountingProvider):
 def test_text_the_connection_encoding_cannot_carry_is_recorded_escaped(
     db: Engine, queue: PostgresQueue, settings: Settings, database_url: str
 ) -> None:
-    # A client encoding of LATIN1 (PGCLIENTENCODING, or a LATIN1 database) cannot carry
-    # U+20AC: psycopg refuses it before sending (UnicodeEncodeError, which SQLAlchemy
-    # raises as a StatementError, not a DBAPIError). Such a flush is refused like one
-    # PostgreSQL refuses: the other outcomes are recorded, that one escaped.
+    # make_engine pins the client encoding to UTF8 (a PGCLIENTENCODING of LATIN1 made
+    # one emoji fail a batch), and migrate refuses a database not in UTF8; a connection
+    # set to LATIN1 all the same cannot carry U+20AC: psycopg refuses it before sending
+    # (UnicodeEncodeError, which SQLAlchemy raises as a StatementError, not a
+    # DBAPIError). Such a flush is refused like one PostgreSQL refuses: the other
+    # outcomes are recorded, that one escaped.
     insert_due_reminders(db, 5, next_run_utc=NOW)
     insert_due_reminders(db, 1, next_run_utc=NOW, title="Euro")
     claim(db, queue)
-    latin1 = make_engine(database_url + "?client_encoding=LATIN1", pool_size=4)
+    latin1 = make_engine(database_url, pool_size=4)
+
+    def set_latin1(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        dbapi_connection.execute("SET client_encoding TO 'LATIN1'")
+        dbapi_connection.commit()
+
+    event.listen(latin1, "connect", set_latin1)
     try:
         with latin1.connect() as conn:
             assert conn.exec_driver_sql("SHOW client_encoding").scalar_one() == "LATIN1"
@@ -257,6 +265,20 @@ def test_text_the_connection_encoding_cannot_carry_is_recorded_escaped(
     assert len(ids) == 6
     assert "id-\\u20ac-1" in ids  # Python's ascii() form of "id-€-1"
     assert live_messages(db) == 0
+
+
+def test_connections_speak_utf8_whatever_pgclientencoding_says(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")  # libpq's own variable (libpq docs)
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW client_encoding").scalar_one() == "UTF8"
+            title = conn.exec_driver_sql("SELECT %s::text", ("mixemoji \u2713 \U0001f600",))
+            assert title.scalar_one() == "mixemoji \u2713 \U0001f600"
+    finally:
+        engine.dispose()
 
 
 def test_migrate_refuses_a_database_not_in_utf8(admin_url: str) -> None:

@@ -57,6 +57,12 @@ def test_other_message_ids_keep_a_prefix_and_the_digest_of_the_whole_id() -> Non
     # Ids that a cut or a replacement alone would make one stay two.
     assert storable_message_id("x\x00y") != storable_message_id("x\ud800y")
     assert storable_message_id("c" * 512 + "1") != storable_message_id("c" * 512 + "2")
+    # An id holding the mark elsewhere is not kept as it is: it could be another's form.
+    marked = "x~sha256:" + "0" * 64
+    assert storable_message_id(marked) == "x~sha256:" + "0" * 64 + "~sha256:" + sha256(marked)
+    # The digest form itself is kept: the rule may be applied twice (the webhooks do).
+    a = "c" * 600
+    assert storable_message_id(storable_message_id(a)) == storable_message_id(a)
     four_byte = "\U0001f600" * 2000
     kept = storable_message_id(four_byte)
     assert kept == "\U0001f600" * 440 + "~sha256:" + sha256(four_byte)
