@@ -57,18 +57,20 @@ def storable_message_id(message_id: str) -> str:
     two always match."""
     if len(message_id) <= MAX_MESSAGE_ID and storable(message_id) is message_id:
         if DIGEST_MARK not in message_id or is_digest_form(message_id):
-            return message_id
+            return message_id  # (a digest form's prefix is storable: checked just above)
     digest = hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()
     return storable(message_id[:_ID_PREFIX]) + DIGEST_MARK + digest
 
 
 def is_digest_form(message_id: str) -> bool:
     """True when `message_id` is what `storable_message_id` makes of an id it cannot
-    keep: 440 characters, DIGEST_MARK, 64 lowercase hex digits."""
+    keep: at most 440 characters PostgreSQL can hold, DIGEST_MARK, 64 lowercase hex
+    digits (at most MAX_MESSAGE_ID in all; a short id's form is shorter)."""
+    cut = len(message_id) - 64 - len(DIGEST_MARK)
     return (
-        len(message_id) == MAX_MESSAGE_ID
-        and message_id[_ID_PREFIX : _ID_PREFIX + len(DIGEST_MARK)] == DIGEST_MARK
-        and _HEX64.fullmatch(message_id, _ID_PREFIX + len(DIGEST_MARK)) is not None
+        0 <= cut <= _ID_PREFIX
+        and message_id[cut : cut + len(DIGEST_MARK)] == DIGEST_MARK
+        and _HEX64.fullmatch(message_id, cut + len(DIGEST_MARK)) is not None
     )
 
 
