@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import tempfile
 import threading
 
@@ -99,8 +100,6 @@ def _config(app: FastAPI | str, settings: Settings, **kwargs: object) -> uvicorn
 
 
 def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: int) -> int:
-    from uvicorn.supervisors import Multiprocess
-
     # A bad setting is reported once, here, not by every worker as it crashes and is
     # restarted: build the app once (no connection is opened) and drop it.
     with configuration_errors():
@@ -115,8 +114,23 @@ def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: in
             rt.close()
     # Each process counts its own requests; prometheus_client's multiprocess mode sums
     # them on /metrics (the workers inherit this variable; docs/operations.md).
+    # A directory made here is removed once the workers have stopped (one was left in
+    # $TMPDIR at every start); one the operator set is theirs.
+    made: str | None = None
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="reminders-metrics-")
+        made = tempfile.mkdtemp(prefix="reminders-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+    try:
+        return _run_workers(settings, host=host, port=port, workers=workers)
+    finally:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def _run_workers(settings: Settings, *, host: str, port: int, workers: int) -> int:
+    """uvicorn's supervisor over `workers` processes on one socket, until it stops."""
+    from uvicorn.supervisors import Multiprocess
+
     config = _config(
         "reminder_api.main:worker_app",
         settings,

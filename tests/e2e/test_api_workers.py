@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 import pytest
@@ -47,6 +48,21 @@ def _requests_counted(base: str) -> float:
     return total
 
 
+def start_two_workers(
+    env: dict[str, str], tmp_path: Path
+) -> tuple[subprocess.Popen[bytes], str, BinaryIO]:
+    """Migrate, then start `reminders api --workers 2` with `env` on a free port; returns
+    the process, its base URL and its log file (tmp_path/api.log, the caller closes it)."""
+    migrate(env)
+    port = free_port()
+    log = (tmp_path / "api.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reminders", "api", "--port", str(port), "--workers", "2"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    return proc, f"http://127.0.0.1:{port}", log
+
+
 def test_two_worker_processes_serve_count_and_stop_together(
     e2e_db: tuple[str, Engine], tmp_path: Path
 ) -> None:
@@ -55,14 +71,7 @@ def test_two_worker_processes_serve_count_and_stop_together(
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
     env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    migrate(env)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "api.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reminders", "api", "--port", str(port), "--workers", "2"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    proc, base, log = start_two_workers(env, tmp_path)
     try:
         wait_until(lambda: api_ready(base), 60, "the API")
         wait_until(
@@ -96,6 +105,32 @@ def test_two_worker_processes_serve_count_and_stop_together(
         while any(Path(f"/proc/{p}").exists() for p in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not [p for p in workers if Path(f"/proc/{p}").exists()]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+def test_the_metrics_directory_the_api_made_is_removed_when_it_stops(
+    e2e_db: tuple[str, Engine], tmp_path: Path
+) -> None:
+    # Without PROMETHEUS_MULTIPROC_DIR, `--workers 2` makes one in $TMPDIR for its
+    # workers' samples; one was left behind at every start (43 in /tmp in one session).
+    url, _ = e2e_db
+    env = api_env(url, tmp_path, SECRET)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env["TMPDIR"] = str(scratch)
+    proc, base, log = start_two_workers(env, tmp_path)
+    try:
+        wait_until(lambda: api_ready(base), 60, "the API")
+        made = list(scratch.glob("reminders-metrics-*"))
+        assert len(made) == 1, made  # the workers' samples are there while it runs
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "api.log").read_text()[-3000:]
+        assert not made[0].exists()
     finally:
         if proc.poll() is None:
             proc.kill()
