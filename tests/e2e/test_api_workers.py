@@ -49,10 +49,17 @@ def _requests_counted(base: str) -> float:
 
 
 def start_two_workers(
-    env: dict[str, str], tmp_path: Path
+    url: str, tmp_path: Path, **directories: Path
 ) -> tuple[subprocess.Popen[bytes], str, BinaryIO]:
-    """Migrate, then start `reminders api --workers 2` with `env` on a free port; returns
-    the process, its base URL and its log file (tmp_path/api.log, the caller closes it)."""
+    """Migrate the database at `url`, then start `reminders api --workers 2` on a free
+    port, with each of `directories` (an environment variable naming a directory, made
+    here) and no PROMETHEUS_MULTIPROC_DIR unless one of them is it; returns the process,
+    its base URL and its log file (tmp_path/api.log, the caller closes it)."""
+    env = api_env(url, tmp_path, SECRET)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    for variable, directory in directories.items():
+        directory.mkdir()
+        env[variable] = str(directory)
     migrate(env)
     port = free_port()
     log = (tmp_path / "api.log").open("wb")
@@ -67,11 +74,8 @@ def test_two_worker_processes_serve_count_and_stop_together(
     e2e_db: tuple[str, Engine], tmp_path: Path
 ) -> None:
     url, engine = e2e_db
-    env = api_env(url, tmp_path, SECRET)
     metrics_dir = tmp_path / "metrics"
-    metrics_dir.mkdir()
-    env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    proc, base, log = start_two_workers(env, tmp_path)
+    proc, base, log = start_two_workers(url, tmp_path, PROMETHEUS_MULTIPROC_DIR=metrics_dir)
     try:
         wait_until(lambda: api_ready(base), 60, "the API")
         wait_until(
@@ -118,12 +122,8 @@ def test_the_metrics_directory_the_api_made_is_removed_when_it_stops(
     # Without PROMETHEUS_MULTIPROC_DIR, `--workers 2` makes one in $TMPDIR for its
     # workers' samples; one was left behind at every start (43 in /tmp in one session).
     url, _ = e2e_db
-    env = api_env(url, tmp_path, SECRET)
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    env["TMPDIR"] = str(scratch)
-    proc, base, log = start_two_workers(env, tmp_path)
+    proc, base, log = start_two_workers(url, tmp_path, TMPDIR=scratch)
     try:
         wait_until(lambda: api_ready(base), 60, "the API")
         made = list(scratch.glob("reminders-metrics-*"))

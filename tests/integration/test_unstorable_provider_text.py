@@ -30,7 +30,7 @@ from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from reminder_core.text import MAX_MESSAGE_ID
 from tests.integration.helpers import insert_due_reminders
-from tests.integration.test_sender import claim
+from tests.integration.test_sender import claim, one
 from tests.support.fake_provider import FakeProvider
 from tests.support.providers import resend_provider
 from tests.support.sending import NOW, CountingProvider, make_sender
@@ -64,12 +64,8 @@ def rows(db: Engine) -> list[tuple[str, str | None, str | None]]:
 
 
 def live_messages(db: Engine) -> int:
-    with db.connect() as conn:
-        return int(
-            conn.execute(
-                text("SELECT count(*) FROM queue_messages WHERE NOT dead_lettered")
-            ).scalar_one()
-        )
+    row = one(db, "SELECT count(*) AS n FROM queue_messages WHERE NOT dead_lettered")
+    return int(row.n)  # type: ignore[attr-defined]
 
 
 def unrecorded() -> float:
