@@ -28,6 +28,7 @@ from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from reminder_core.worker.loop import Heartbeat, Service, join_loops, start_loops
 from reminder_core.worker.signals import install_stop_handlers
+from sender.providers.file_sink import dangling_symlink
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,9 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     if not port_is_free(host, port):
         log.error("%s:%d is already in use (another `reminders dev`?); try --port", host, port)
         return 1
+    if dangling := dangling_symlink(settings.effective_mail_dir):  # mkdir: "File exists"
+        log.error("MAIL_DIR %s cannot be used: %s", settings.effective_mail_dir, dangling)
+        return 2
     settings.jwt_key(create=True)
     if not settings.public_base_url:  # the emails' snooze and stop links point here
         shown = f"[{host}]" if ":" in host else host

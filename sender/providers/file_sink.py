@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from reminder_core.errors import TransientDeliveryError
+from reminder_core.errors import ConfigurationError, TransientDeliveryError
 from sender.providers.base import OutgoingEmail, SendReceipt
 from sender.providers.mime import MIME_POLICY, build_mime, message_id
 
@@ -20,6 +20,13 @@ _PROC_FD = "/proc/self/fd"
 
 #: errno of an `O_TMPFILE` open on a filesystem (or kernel) without it (open(2)).
 _NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL})
+
+#: errno of linking an `O_TMPFILE` file through /proc/self/fd where that cannot work
+#: (linkat(2)): EXDEV (not the same mount), EPERM (no hard links on this filesystem),
+#: EINVAL (no AT_SYMLINK_FOLLOW in this kernel), EOPNOTSUPP (a filesystem without the
+#: operation). ENOENT (no such /proc entry) counts only while the directory is still in
+#: place: a removed directory answers it too. Never EEXIST: that is a repeat of the key.
+_NO_PROC_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EINVAL, errno.EOPNOTSUPP})
 
 #: Prefix and suffix of the fallback's temporary files (not `*.eml`: a reader that globs
 #: the emails must not see one being written).
@@ -40,7 +47,8 @@ class FileSinkProvider:
     `X-Entity-Ref-ID` carrying the key, so a resend is recognisably the same message.
 
     The file appears whole, under its name, once: it is written without a name (Linux
-    `O_TMPFILE`; elsewhere under a temporary `.tmp-*.part` name, outside `*.eml`),
+    `O_TMPFILE`; elsewhere, or where linking it through /proc is refused, under a
+    temporary `.tmp-*.part` name, outside `*.eml`),
     fsynced, hard-linked into place, and the directory fsynced: the content is on disk
     before the name can be (a name committed first would survive a power loss as an
     empty email, which a retry would then take for the one sent; found by a trial on a
@@ -55,7 +63,13 @@ class FileSinkProvider:
     STALE_TEMPORARY_S.
 
     Args:
-        directory: where the emails go; created (with parents) when missing.
+        directory: where the emails go; created (with parents) when missing, but never
+            through a dangling symbolic link (its target may be a volume not mounted:
+            emails written there would be hidden once it is).
+
+    Raises:
+        ConfigurationError: `directory`, or one of its parents, is a symbolic link to
+            nothing; the message names the link and its target.
     """
 
     name = "file"
@@ -64,8 +78,11 @@ class FileSinkProvider:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        if dangling := dangling_symlink(directory):
+            raise ConfigurationError(f"file sink directory {directory}: {dangling}")
         #: Write without a name while the platform allows it; False after the first
-        #: refusal (another OS, a filesystem without O_TMPFILE, no /proc).
+        #: refusal (another OS, a filesystem without O_TMPFILE, no /proc, a /proc link
+        #: refused).
         self.unnamed_files = hasattr(os, "O_TMPFILE") and os.path.isdir(_PROC_FD)
         self._remove_stale_temporaries()
 
@@ -96,7 +113,8 @@ class FileSinkProvider:
             ValueError: a key that is not a plain file name (empty, hidden, with a "/"
                 or NUL, or too long for one).
             TransientDeliveryError: the file cannot be written (a full disk, no
-                permission); nothing is left under the key's name.
+                permission, the directory a symbolic link to nothing); nothing is left
+                under the key's name.
         """
         target = f"{idempotency_key}.eml"
         if (
@@ -112,6 +130,10 @@ class FileSinkProvider:
             try:
                 dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
             except FileNotFoundError:  # the first email, or the directory was removed
+                if dangling := dangling_symlink(self.directory):  # mkdir: "File exists"
+                    raise TransientDeliveryError(
+                        f"file sink cannot write {self.directory / target}: {dangling}"
+                    ) from None
                 self.directory.mkdir(parents=True, exist_ok=True)
                 dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
             try:
@@ -131,13 +153,16 @@ class FileSinkProvider:
         then fsync the directory.
 
         A concurrent send of the same key that linked first wins: its file stays, and is
-        synced here too before this send is reported accepted.
+        synced here too before this send is reported accepted. Where linking the unnamed
+        file is refused as unsupported, the sink writes under temporary names from then
+        on, starting with this email.
 
         Raises:
             OSError: the file cannot be written, or `target` exists and is no regular
                 file (a symlink, a directory).
         """
         fd, temporary = self._open_unnamed(dir_fd)
+        again = False
         try:
             _write_all(fd, data)
             os.fsync(fd)  # the content first: a name must never reach the disk before it
@@ -151,6 +176,11 @@ class FileSinkProvider:
             except FileExistsError:
                 if not _exists_synced(target, dir_fd):  # gone again: no email under it
                     raise
+            except OSError as exc:
+                if temporary is not None or not self._cannot_link_unnamed(exc, dir_fd):
+                    raise
+                self.unnamed_files = False
+                again = True
             else:
                 os.fsync(dir_fd)  # the name
         finally:
@@ -159,6 +189,18 @@ class FileSinkProvider:
             finally:
                 if temporary is not None:
                     os.unlink(temporary)
+        if again:  # no name was made: write it all again, under a temporary name
+            self._write(data, target, dir_fd)
+
+    def _cannot_link_unnamed(self, exc: OSError, dir_fd: int) -> bool:
+        """Whether `exc`, from linking an unnamed file in `dir_fd` through /proc, means
+        this platform cannot do that (_NO_PROC_LINK) rather than that this send failed."""
+        if exc.errno != errno.ENOENT:
+            return exc.errno in _NO_PROC_LINK
+        try:  # linkat(2) ENOENT: no /proc entry, or the directory was removed meanwhile
+            return os.path.samestat(os.fstat(dir_fd), os.stat(self.directory))
+        except OSError:
+            return False
 
     def _open_unnamed(self, dir_fd: int) -> tuple[int, str | None]:
         """A new file (mode 0600) open for writing in `dir_fd`: (fd, None) without a
@@ -200,6 +242,26 @@ def _exists_synced(name: str, dir_fd: int) -> bool:
         os.close(fd)
     os.fsync(dir_fd)
     return True
+
+
+def dangling_symlink(directory: Path) -> str | None:
+    """Why `directory` cannot be made: "<link> is a symbolic link to <target>, which does
+    not exist" for the deepest existing entry on its path, if that is one; else None."""
+    for entry in (directory, *directory.parents):
+        if not os.path.lexists(entry):
+            continue
+        try:
+            os.stat(entry)  # through the link, if it is one
+        except FileNotFoundError:
+            try:
+                target = entry.parent / os.readlink(entry)
+            except OSError:  # not a link: gone meanwhile
+                return None
+            return f"{entry} is a symbolic link to {target}, which does not exist"
+        except OSError:  # a loop, no permission: open(2) and mkdir(2) will say so
+            return None
+        return None
+    return None
 
 
 def _write_all(fd: int, data: bytes) -> None:

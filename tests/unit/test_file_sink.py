@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from reminder_core.errors import TransientDeliveryError
+from reminder_core.errors import ConfigurationError, TransientDeliveryError
 from sender.providers.base import OutgoingEmail
 from sender.providers.file_sink import STALE_TEMPORARY_S, FileSinkProvider
 
@@ -188,13 +188,10 @@ def test_a_filesystem_without_o_tmpfile_falls_back_to_a_temporary_name(
     assert sorted(os.listdir(sink.directory)) == ["one.eml", "two.eml"]
 
 
-def test_the_content_is_synced_before_the_name_and_the_name_before_send_returns(
-    sink: FileSinkProvider, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A trial copied an ext4 image between the link and a later fsync: the name had
-    # reached the disk (another thread's fsync committed the journal) and the content had
-    # not, so the "power loss" left an empty <key>.eml that a retry took for the email.
-    # The real calls run; their order is recorded: content fsync, link, directory fsync.
+def record_syncs(monkeypatch: pytest.MonkeyPatch, *, refuse_proc_link: int = 0) -> list[str]:
+    """Record, in order, each real `os.fsync` ("fsync file" / "fsync dir") and `os.link`
+    ("link") the sink makes from now on; with `refuse_proc_link` (an errno), a link from
+    /proc/self/fd is refused with it instead ("proc link refused"), as the kernel would."""
     calls: list[str] = []
     real_fsync, real_link = os.fsync, os.link
 
@@ -202,13 +199,27 @@ def test_the_content_is_synced_before_the_name_and_the_name_before_send_returns(
         calls.append("fsync dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
         real_fsync(fd)
 
-    def link(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def link(src, dst, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if refuse_proc_link and str(src).startswith("/proc/self/fd/"):
+            calls.append("proc link refused")
+            raise OSError(refuse_proc_link, os.strerror(refuse_proc_link))
         calls.append("link")
-        return real_link(*args, **kwargs)
+        return real_link(src, dst, *args, **kwargs)
 
-    sink.directory.mkdir(parents=True)
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "link", link)
+    return calls
+
+
+def test_the_content_is_synced_before_the_name_and_the_name_before_send_returns(
+    sink: FileSinkProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A trial copied an ext4 image between the link and a later fsync: the name had
+    # reached the disk (another thread's fsync committed the journal) and the content had
+    # not, so the "power loss" left an empty <key>.eml that a retry took for the email.
+    # The real calls run; their order is recorded: content fsync, link, directory fsync.
+    sink.directory.mkdir(parents=True)
+    calls = record_syncs(monkeypatch)
 
     sink.send(mail(), idempotency_key=KEY)
 
@@ -253,3 +264,112 @@ def test_temporary_files_a_killed_process_left_are_removed_when_stale(tmp_path: 
     FileSinkProvider(directory)
 
     assert sorted(os.listdir(directory)) == [".tmp-new789.part", "k.eml"]
+
+
+@pytest.mark.parametrize("where", ["the directory", "a parent"])
+def test_a_directory_behind_a_dangling_symlink_is_a_configuration_error(
+    tmp_path: Path, where: str
+) -> None:
+    # mkdir(2) answers EEXIST for a dangling symlink ("File exists"), which names neither
+    # the link nor its target; the sink must say which link leads nowhere, and create
+    # nothing through it (the target may be a volume that is not mounted).
+    link, target = tmp_path / "link", tmp_path / "gone"
+    link.symlink_to(target)
+    directory = link if where == "the directory" else link / "mail"
+
+    with pytest.raises(ConfigurationError) as caught:
+        FileSinkProvider(directory)
+
+    assert f"{link} is a symbolic link to {target}, which does not exist" in str(caught.value)
+    assert os.listdir(tmp_path) == ["link"]
+
+
+def test_a_directory_whose_symlink_target_is_removed_is_a_transient_error(
+    tmp_path: Path,
+) -> None:
+    # The link was fine when the sink was made; its target went away since (an unmounted
+    # volume): each send fails, retryably, naming the link and its target.
+    target = tmp_path / "volume"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    sink = FileSinkProvider(link)
+    sink.send(mail(), idempotency_key="before")
+    (target / "before.eml").unlink()
+    target.rmdir()
+
+    with pytest.raises(TransientDeliveryError) as caught:
+        sink.send(mail(), idempotency_key=KEY)
+
+    assert str(caught.value) == (
+        f"file sink cannot write {link / KEY}.eml: "
+        f"{link} is a symbolic link to {target}, which does not exist"
+    )
+    assert not target.exists()
+
+
+#: What linkat(2) answers where linking an O_TMPFILE file through /proc/self/fd cannot
+#: work here: EXDEV (the two paths on different mounts), EPERM (no hard links on this
+#: filesystem), EINVAL (a flag this kernel lacks: AT_SYMLINK_FOLLOW), ENOENT (no such
+#: /proc/self/fd entry: /proc not mounted, or another procfs), EOPNOTSUPP (what a
+#: filesystem without an operation answers, as open(2) does for O_TMPFILE).
+UNSUPPORTED_PROC_LINK = [errno.EXDEV, errno.EPERM, errno.EINVAL, errno.ENOENT, errno.EOPNOTSUPP]
+
+
+@pytest.mark.skipif(not hasattr(os, "O_TMPFILE"), reason="no O_TMPFILE on this platform")
+@pytest.mark.parametrize(
+    "code", UNSUPPORTED_PROC_LINK, ids=["EXDEV", "EPERM", "EINVAL", "ENOENT", "EOPNOTSUPP"]
+)
+def test_a_proc_link_this_platform_refuses_falls_back_to_a_temporary_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # The refusal is injected at the system call, for /proc/self/fd sources only; every
+    # other call is real. The same send is completed under a temporary name, once, with
+    # the documented order: the content fsynced before its name, the directory after.
+    sink = FileSinkProvider(tmp_path / "mail")
+    sink.directory.mkdir()
+    assert sink.unnamed_files
+    calls = record_syncs(monkeypatch, refuse_proc_link=code)
+
+    receipt = sink.send(mail(), idempotency_key=KEY)
+
+    assert receipt.provider_message_id == f"<{KEY}@reminders>"
+    assert not sink.unnamed_files
+    assert calls == ["fsync file", "proc link refused", "fsync file", "link", "fsync dir"]
+    assert os.listdir(sink.directory) == [f"{KEY}.eml"]
+    path = sink.directory / f"{KEY}.eml"
+    assert parsed(path)["Message-ID"] == f"<{KEY}@reminders>"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+    calls.clear()
+    sink.send(mail(), idempotency_key="two")  # for good: /proc is not tried again
+
+    assert calls == ["fsync file", "link", "fsync dir"]
+    assert sorted(os.listdir(sink.directory)) == [f"{KEY}.eml", "two.eml"]
+
+
+def test_reminders_dev_refuses_a_mail_dir_behind_a_dangling_symlink(tmp_path: Path) -> None:
+    """`reminders dev` checks MAIL_DIR before it writes anything (it used to stop on
+    mkdir's bare "File exists"): exit status 2, the link and its target named, and no
+    state written (no JWT secret, no profiles file)."""
+    import socket
+    import subprocess
+    import sys
+
+    link = tmp_path / "mail"
+    link.symlink_to(tmp_path / "gone")
+    state = tmp_path / "state"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env |= {"STATE_DIR": str(state), "MAIL_DIR": str(link), "LOG_FORMAT": "console"}
+    done = subprocess.run(
+        [sys.executable, "-m", "reminders", "dev", "--port", str(port)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    output = done.stdout + done.stderr
+    assert f"{link} is a symbolic link to {tmp_path / 'gone'}, which does not exist" in output
+    assert not (state / "jwt_secret").exists()
+    assert not (tmp_path / "gone").exists()
