@@ -146,10 +146,13 @@ def apply_decision(
     )
 
 
-def suppressed_among(conn: Connection, addresses: Iterable[str]) -> dict[str, SuppressionReason]:
+def suppressed_among(
+    conn: Connection, addresses: Iterable[str], *, autocommit: bool = False
+) -> dict[str, SuppressionReason]:
     """{case-folded address: reason} for those of `addresses` (case-folded already) that
-    are on the suppression list; one statement."""
-    return suppressions.list_among(conn, addresses)
+    are on the suppression list; one statement (with `autocommit`, outside any
+    transaction: `conn` must have none)."""
+    return suppressions.list_among(conn, addresses, autocommit=autocommit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,11 +171,14 @@ class Refusal:
     paused_reason: str
 
 
-def refusals(conn: Connection, emails: Iterable[str]) -> dict[str, Refusal]:
+def refusals(
+    conn: Connection, emails: Iterable[str], *, autocommit: bool = False
+) -> dict[str, Refusal]:
     """{email as given: Refusal} for the profile addresses of a sender batch that are on
-    the suppression list (compared case-folded); one statement for the whole batch."""
+    the suppression list (compared case-folded); one statement for the whole batch (with
+    `autocommit`, outside any transaction: `conn` must have none)."""
     folded = {e: a for e in set(emails) if (a := _normalized(e))}
-    listed = suppressed_among(conn, folded.values())
+    listed = suppressed_among(conn, folded.values(), autocommit=autocommit)
     return {
         email: _refusal(address, listed[address])
         for email, address in folded.items()

@@ -143,8 +143,9 @@ class Begin:
             (begun, decided): the occurrences leased to this sender, sorted by key, and
             the messages decided without a provider call.
 
-        Side effects: one committed transaction (delivery rows inserted or taken over,
-        terminal rows, reminders moved on or paused).
+        Side effects: two reads, each a statement of its own, then one committed
+        transaction when there is something to write (delivery rows inserted or taken
+        over, terminal rows, reminders moved on or paused).
 
         Raises:
             sqlalchemy.exc.DBAPIError: the database failed; nothing was committed.
@@ -153,13 +154,19 @@ class Begin:
         live = self._with_profiles(received, decided)
         if not live:
             return [], decided
-        with self._engine.begin() as conn:
+        with self._engine.connect() as conn:
             batch = _Batch(conn, now, decided)
+            # The two reads are statements of their own (autocommit: no BEGIN and COMMIT
+            # round trips). They take no locks, and READ COMMITTED reads each statement
+            # in its own snapshot inside a transaction too, so nothing is decided on
+            # different data. The transaction begins with the first statement after them
+            # (autobegin) and is committed below; a batch of first sends without a lease
+            # needs none.
             # Reminders by UUID.int: a C hash (UUID.__hash__ runs in Python); the same
             # reminder twice in `ids` is read once.
             ids = [r.occurrence.reminder_id for r, _ in live]
-            found = {r.id.int: r for r in reminders.get_many_for_send(conn, ids)}
-            blocked = refusals(conn, {p.email for _, p in live if p is not None})
+            found = {r.id.int: r for r in reminders.get_many_for_send(conn, ids, autocommit=True)}
+            blocked = refusals(conn, {p.email for _, p in live if p is not None}, autocommit=True)
             for r, profile in live:
                 reminder = found.get(r.occurrence.reminder_id.int)
                 # The suppression list is of email addresses: a webhook delivery has none.
@@ -172,6 +179,8 @@ class Begin:
             record_refusals(conn, batch.refused, now=now)  # pause (recurring) or fail
             if batch.to_take:
                 self._take(batch)
+            if conn.in_transaction():
+                conn.commit()
         return batch.begun, batch.decided
 
     def _with_profiles(

@@ -113,7 +113,7 @@ class PostgresQueue:
     def receive(
         self, *, now: datetime, max_messages: int, visibility_timeout_s: float
     ) -> list[Message]:
-        with self._engine.begin() as conn:
+        with self._engine.connect() as conn:  # one statement, its own transaction
             received = queue_messages.receive(
                 conn,
                 queue=self.name,
@@ -121,6 +121,7 @@ class PostgresQueue:
                 limit=max_messages,
                 max_receive_count=self.max_receive_count,
                 visibility_timeout_s=visibility_timeout_s,
+                autocommit=True,
             )
         return [
             Message(
@@ -135,8 +136,10 @@ class PostgresQueue:
     def delete(self, receipt_handles: Sequence[str]) -> None:
         if not receipt_handles:
             return
-        with self._engine.begin() as conn:
-            queue_messages.delete_many(conn, queue=self.name, receipt_handles=receipt_handles)
+        with self._engine.connect() as conn:  # one statement, committed asynchronously
+            queue_messages.delete_many(
+                conn, queue=self.name, receipt_handles=receipt_handles, autocommit=True
+            )
 
     def change_visibility(self, receipt_handle: str, *, now: datetime, timeout_s: float) -> None:
         with self._engine.begin() as conn:

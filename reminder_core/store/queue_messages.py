@@ -109,9 +109,12 @@ def receive(
     limit: int,
     max_receive_count: int,
     visibility_timeout_s: float,
+    autocommit: bool = False,
 ) -> list[ReceivedMessage]:
     """Receive up to `limit` messages visible at `now` (aware UTC), oldest first (by
-    created_at, then id) (`queue_message_receive`).
+    created_at, then id) (`queue_message_receive`); with `autocommit` (`conn` outside a
+    transaction), as a transaction of its own, committed as it runs (no BEGIN and
+    COMMIT round trips).
 
     Side effects: each message returned is hidden for `visibility_timeout_s` seconds, its
     receive count incremented and a new receipt handle given; a visible message already
@@ -128,6 +131,7 @@ def receive(
             "max_receive_count": max_receive_count,
             "visibility_timeout_s": float(visibility_timeout_s),
         },
+        autocommit=autocommit,
     )
     return sorted(records(ReceivedMessage, result), key=lambda m: (m.created_at, m.id))
 
@@ -150,10 +154,19 @@ def split_receipt_handle(handle: str) -> tuple[int, str]:
     return int(match[1]), match[2]
 
 
-def delete_many(conn: Connection, *, queue: str, receipt_handles: Iterable[str]) -> None:
+def delete_many(
+    conn: Connection, *, queue: str, receipt_handles: Iterable[str], autocommit: bool = False
+) -> None:
     """Delete the messages whose current receipt handle is one of `receipt_handles` (as
     `receive` gave them); a stale handle (the message was received again since) deletes
-    nothing (`queue_message_delete_many`: by primary key, the token checked).
+    nothing (`queue_message_delete_many`: by primary key, the token checked). With
+    `autocommit` (`conn` outside a transaction), as a transaction of its own.
+
+    The delete's transaction commits asynchronously (`synchronous_commit` off for it
+    alone; docs/design.md, "Statements of a batch"): it returns before its WAL is on disk,
+    and a PostgreSQL crash in the next few hundred milliseconds may bring its messages
+    back, to be found terminal (DUPLICATE). Inside a caller's transaction, that whole
+    transaction commits asynchronously.
 
     Raises:
         ValueError: a handle is not one of this queue's (nothing is deleted).
@@ -169,6 +182,7 @@ def delete_many(conn: Connection, *, queue: str, receipt_handles: Iterable[str])
             # zeros): the statement compares the row's handle with these keys as text.
             "handles": orjson.dumps(dict.fromkeys((f"{i}.{t}" for i, t in parts), 1)).decode(),
         },
+        autocommit=autocommit,
     )
 
 

@@ -566,10 +566,15 @@ class ReminderSendState:
     next_run_utc: datetime | None
 
 
-def get_many_for_send(conn: Connection, ids: Iterable[uuid.UUID]) -> list[ReminderForSend]:
+def get_many_for_send(
+    conn: Connection, ids: Iterable[uuid.UUID], *, autocommit: bool = False
+) -> list[ReminderForSend]:
     """The reminders of `ids` that exist, in no particular order, unlocked
-    (`reminder_get_many_for_send`)."""
-    rows = run(conn, query("reminder_get_many_for_send"), {"ids": id_array(ids)})
+    (`reminder_get_many_for_send`); with `autocommit` (`conn` outside a transaction), as
+    a statement of its own."""
+    rows = run(
+        conn, query("reminder_get_many_for_send"), {"ids": id_array(ids)}, autocommit=autocommit
+    )
     return records(ReminderForSend, rows, status=ReminderStatus)
 
 

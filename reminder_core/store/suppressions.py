@@ -66,13 +66,21 @@ def add(
     return added is not None
 
 
-def list_among(conn: Connection, emails: Iterable[str]) -> dict[str, SuppressionReason]:
+def list_among(
+    conn: Connection, emails: Iterable[str], *, autocommit: bool = False
+) -> dict[str, SuppressionReason]:
     """{address: reason} for those of the case-folded `emails` that are on the list, in
-    one statement (`suppression_list_among`); {} without a statement for no emails."""
+    one statement (`suppression_list_among`); {} without a statement for no emails. With
+    `autocommit` (`conn` outside a transaction), as a statement of its own."""
     wanted = sorted(set(emails))
     if not wanted:
         return {}
-    rows = run(conn, query("suppression_list_among"), {"emails": json.dumps(wanted)})
+    rows = run(
+        conn,
+        query("suppression_list_among"),
+        {"emails": json.dumps(wanted)},
+        autocommit=autocommit,
+    )
     return {r.email: SuppressionReason(r.reason) for r in rows}
 
 

@@ -49,9 +49,20 @@ RETURNING q.id, q.body::text AS body_json,
 -- scan of queue_messages (57 of 100 deletes in a run of bench/end_to_end.py), or as a
 -- nested loop comparing each row with every handle (docs/performance.md, "Plans that
 -- scan").
+--
+--
+-- Committed asynchronously: the uncorrelated subquery is an InitPlan, run once before
+-- the first row, that turns synchronous_commit off for this transaction alone (the
+-- setting is read when the transaction commits). The delete does not wait for its WAL
+-- to reach the disk, 2-3 ms per batch on the machine of docs/performance.md. Nothing it
+-- guards is lost in a PostgreSQL crash that loses it: the message comes back after its
+-- visibility timeout, with a receive count above 1, and its occurrence is found
+-- terminal (DUPLICATE) and deleted again. The next synchronous commit of any session
+-- makes it durable (WAL is written in order). docs/design.md, "Statements of a batch".
 DELETE FROM queue_messages AS q
 WHERE q.queue_name = :queue AND q.id = ANY(CAST(:ids AS bigint[]))
-  AND CAST(:handles AS jsonb) ? (q.id::text || '.' || q.receipt_handle::text);
+  AND CAST(:handles AS jsonb) ? (q.id::text || '.' || q.receipt_handle::text)
+  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off';
 
 -- name: queue_message_change_visibility
 UPDATE queue_messages

@@ -1,0 +1,98 @@
+"""The transactions of a sender's batch (docs/design.md, "Statements of a batch").
+
+A batch of first sends without a lease makes no explicit transaction: the receive, the
+begin's two reads, the completer's flush and the delete each commit as one statement
+(no BEGIN, no COMMIT round trips). The begin opens a transaction only when it has
+something to write, and then its writes commit together. SQLAlchemy's `begin` event
+fires for every transaction a Connection begins (explicit or autobegin), so counting it
+counts the BEGINs the sender sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Connection, Engine, event, text
+
+from coordinator.service import Coordinator
+from reminder_core.queue import PostgresQueue
+from reminder_core.settings import Settings
+from sender.receive import decode_batch
+from tests.integration.helpers import insert_due_reminders
+from tests.support.sending import NOW, CountingProvider, make_sender
+
+
+@contextmanager
+def transactions(engine: Engine) -> Iterator[list[str]]:
+    """The transactions begun on `engine`'s connections meanwhile that send a BEGIN:
+    one entry each. SQLAlchemy also calls a statement's scope on a connection in
+    AUTOCOMMIT (the completer's) a transaction; psycopg sends no BEGIN there."""
+    begun: list[str] = []
+
+    def on_begin(conn: Connection) -> None:
+        if not conn.connection.driver_connection.autocommit:  # type: ignore[union-attr]
+            begun.append("begin")
+
+    event.listen(engine, "begin", on_begin)
+    try:
+        yield begun
+    finally:
+        event.remove(engine, "begin", on_begin)
+
+
+def claimed(db: Engine, queue: PostgresQueue, n: int) -> None:
+    insert_due_reminders(db, n, next_run_utc=NOW)
+    Coordinator(db, queue, lookahead_s=0, batch_size=1000, worker_id="c").run_once(NOW)
+
+
+def test_a_batch_of_first_sends_begins_no_transaction(
+    db: Engine, queue: PostgresQueue, settings: Settings
+) -> None:
+    claimed(db, queue, 3)
+    provider = CountingProvider(settings.effective_mail_dir)
+    sender = make_sender(db, queue, settings, provider)
+    assert sender.leaseless_first_send
+    try:
+        with transactions(db) as begun:
+            assert sender.run_once(NOW).counts == {"sent": 3}
+    finally:
+        sender.close()
+    assert begun == []
+    assert len(provider.calls) == 3
+    with db.connect() as conn:
+        statuses = conn.execute(text("SELECT status FROM delivery_log")).scalars().all()
+        left = conn.execute(text("SELECT count(*) FROM queue_messages")).scalar_one()
+    assert statuses == ["sent"] * 3
+    assert left == 0
+
+
+def test_the_begin_writes_in_one_transaction_when_it_has_something_to_write(
+    db: Engine, queue: PostgresQueue, settings: Settings
+) -> None:
+    # alice@example.com (the settings' profile of every test reminder) is on the
+    # suppression list: each occurrence is recorded `suppressed` by the begin itself
+    # (docs/design.md, "Suppression list"), with no provider call.
+    claimed(db, queue, 2)
+    with db.begin() as conn:
+        conn.execute(
+            text("INSERT INTO suppressions (email, reason) VALUES ('alice@example.com', 'bounce')")
+        )
+    provider = CountingProvider(settings.effective_mail_dir)
+    sender = make_sender(db, queue, settings, provider)
+    try:
+        messages = sender.receiver.receive(NOW)
+        assert messages is not None
+        received, decided = decode_batch(messages)
+        assert decided == []
+        with transactions(db) as begun:
+            begun_sends, decided = sender.begin.run(received, NOW)
+    finally:
+        sender.close()
+    assert begun == ["begin"]
+    assert begun_sends == []
+    assert [d.outcome.value for d in decided] == ["suppressed", "suppressed"]
+    assert provider.calls == []
+    with db.connect() as conn:  # committed: seen from another connection
+        rows = conn.execute(text("SELECT status FROM delivery_log")).scalars().all()
+    assert rows == ["suppressed", "suppressed"]
