@@ -28,7 +28,7 @@ from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from reminder_core.worker.loop import Heartbeat, Service, join_loops, start_loops
 from reminder_core.worker.signals import install_stop_handlers
-from sender.providers.file_sink import dangling_symlink
+from sender.providers.file_sink import broken_symlink
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +94,24 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     profiles.json (with the demo user), mail/.
     """
     settings = settings or Settings()
-    settings.state_dir = settings.state_dir.resolve()
     # Human-readable logs on a laptop, unless LOG_FORMAT asks for something else.
     explicit = "log_format" in settings.model_fields_set
     configure_logging(settings.log_level, settings.log_format if explicit else "console")
     if not port_is_free(host, port):
         log.error("%s:%d is already in use (another `reminders dev`?); try --port", host, port)
         return 1
-    if dangling := dangling_symlink(settings.effective_mail_dir):  # mkdir: "File exists"
-        log.error("MAIL_DIR %s cannot be used: %s", settings.effective_mail_dir, dangling)
-        return 2
+    # Before anything is written, and before resolve() follows the links: state or
+    # emails written through a dangling link land wherever it points (a volume not
+    # mounted, say) and vanish from view when that appears (mkdir's "File exists"
+    # named neither the link nor its target).
+    for variable, path in (
+        ("STATE_DIR", settings.state_dir),
+        ("MAIL_DIR", settings.effective_mail_dir),
+    ):
+        if broken := broken_symlink(path.absolute()):
+            log.error("%s %s cannot be used: %s", variable, path, broken)
+            return 2
+    settings.state_dir = settings.state_dir.resolve()
     settings.jwt_key(create=True)
     if not settings.public_base_url:  # the emails' snooze and stop links point here
         shown = f"[{host}]" if ":" in host else host

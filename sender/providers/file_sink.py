@@ -78,8 +78,8 @@ class FileSinkProvider:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        if dangling := dangling_symlink(directory):
-            raise ConfigurationError(f"file sink directory {directory}: {dangling}")
+        if broken := broken_symlink(directory):
+            raise ConfigurationError(f"file sink directory {directory}: {broken}")
         #: Write without a name while the platform allows it; False after the first
         #: refusal (another OS, a filesystem without O_TMPFILE, no /proc, a /proc link
         #: refused).
@@ -130,9 +130,9 @@ class FileSinkProvider:
             try:
                 dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
             except FileNotFoundError:  # the first email, or the directory was removed
-                if dangling := dangling_symlink(self.directory):  # mkdir: "File exists"
+                if broken := broken_symlink(self.directory):  # mkdir: "File exists"
                     raise TransientDeliveryError(
-                        f"file sink cannot write {self.directory / target}: {dangling}"
+                        f"file sink cannot write {self.directory / target}: {broken}"
                     ) from None
                 self.directory.mkdir(parents=True, exist_ok=True)
                 dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -244,22 +244,26 @@ def _exists_synced(name: str, dir_fd: int) -> bool:
     return True
 
 
-def dangling_symlink(directory: Path) -> str | None:
-    """Why `directory` cannot be made: "<link> is a symbolic link to <target>, which does
-    not exist" for the deepest existing entry on its path, if that is one; else None."""
+def broken_symlink(directory: Path) -> str | None:
+    """Why `directory` cannot be made or used because of a symbolic link on its path, for
+    the deepest existing entry on it: "<link> is a symbolic link to <target>, which does
+    not exist" (the last name of a chain of links, which is the one missing) or "<link>
+    is a loop of symbolic links" (ELOOP: the kernel gives up following it); None when
+    that entry is no such link (another error is for open(2) and mkdir(2) to report)."""
     for entry in (directory, *directory.parents):
         if not os.path.lexists(entry):
             continue
         try:
             os.stat(entry)  # through the link, if it is one
         except FileNotFoundError:
-            try:
-                target = entry.parent / os.readlink(entry)
-            except OSError:  # not a link: gone meanwhile
+            if not os.path.islink(entry):  # gone meanwhile
                 return None
-            return f"{entry} is a symbolic link to {target}, which does not exist"
-        except OSError:  # a loop, no permission: open(2) and mkdir(2) will say so
-            return None
+            # realpath follows every link it can: where a chain ends is the missing name.
+            return f"{entry} is a symbolic link to {os.path.realpath(entry)}, which does not exist"
+        except OSError as exc:
+            if exc.errno == errno.ELOOP and os.path.islink(entry):
+                return f"{entry} is a loop of symbolic links"
+            return None  # no permission: open(2) and mkdir(2) will say so
         return None
     return None
 

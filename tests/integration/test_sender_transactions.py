@@ -10,12 +10,15 @@ counts the BEGINs the sender sends.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import Connection, Engine, event, text
 
 from coordinator.service import Coordinator
+from reminder_core.errors import InfrastructureError
 from reminder_core.queue import PostgresQueue
 from reminder_core.settings import Settings
 from sender.receive import decode_batch
@@ -96,3 +99,29 @@ def test_the_begin_writes_in_one_transaction_when_it_has_something_to_write(
     with db.connect() as conn:  # committed: seen from another connection
         rows = conn.execute(text("SELECT status FROM delivery_log")).scalars().all()
     assert rows == ["suppressed", "suppressed"]
+
+
+class FailingDelete(PostgresQueue):
+    """The PostgreSQL queue whose delete fails, as when the database goes away between
+    the flush and the delete."""
+
+    def delete(self, receipt_handles: Sequence[str]) -> None:
+        raise InfrastructureError(f"the queue's delete of {len(receipt_handles)} failed (test)")
+
+
+def test_sends_are_counted_when_the_queue_delete_then_fails(db: Engine, settings: Settings) -> None:
+    # Trial helper-52: reminders_sends_total counted after the delete, so a delete that
+    # raised during a crash run left 2 of 4,000 recorded sends uncounted.
+    queue = FailingDelete(db, name="reminders", max_receive_count=5)
+    claimed(db, queue, 2)
+    provider = CountingProvider(settings.effective_mail_dir)
+    sender = make_sender(db, queue, settings, provider)
+    labels = {"provider": "file", "outcome": "sent"}
+    before = REGISTRY.get_sample_value("reminders_sends_total", labels) or 0.0
+    try:
+        with pytest.raises(InfrastructureError):
+            sender.run_once(NOW)
+    finally:
+        sender.close()
+    assert len(provider.calls) == 2
+    assert REGISTRY.get_sample_value("reminders_sends_total", labels) == before + 2

@@ -13,7 +13,10 @@ import email
 import email.policy
 import errno
 import os
+import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -284,6 +287,36 @@ def test_a_directory_behind_a_dangling_symlink_is_a_configuration_error(
     assert os.listdir(tmp_path) == ["link"]
 
 
+def test_a_chain_of_links_is_named_by_the_name_that_is_missing(tmp_path: Path) -> None:
+    # Trial helper-52: chain -> dangling -> gone named "dangling" as the missing name,
+    # though it exists (as a link); the name missing at the end of the chain is "gone".
+    (tmp_path / "dangling").symlink_to("gone")  # relative, as `ln -s gone dangling`
+    (tmp_path / "chain").symlink_to(tmp_path / "dangling")
+
+    with pytest.raises(ConfigurationError) as caught:
+        FileSinkProvider(tmp_path / "chain")
+
+    expected = f"{tmp_path / 'chain'} is a symbolic link to {tmp_path / 'gone'}, which does"
+    assert expected in str(caught.value)
+
+
+@pytest.mark.parametrize("where", ["the directory", "a parent"])
+def test_a_directory_in_a_loop_of_links_is_a_configuration_error(
+    tmp_path: Path, where: str
+) -> None:
+    # Trial helper-52: the sink took the loop, and every send failed with a transient
+    # ELOOP until its message was dead-lettered; open(2) answers ELOOP for "too many
+    # symbolic links", which a retry cannot fix.
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    directory = tmp_path / "a" if where == "the directory" else tmp_path / "a" / "mail"
+
+    with pytest.raises(ConfigurationError) as caught:
+        FileSinkProvider(directory)
+
+    assert f"{tmp_path / 'a'} is a loop of symbolic links" in str(caught.value)
+
+
 def test_a_directory_whose_symlink_target_is_removed_is_a_transient_error(
     tmp_path: Path,
 ) -> None:
@@ -348,28 +381,57 @@ def test_a_proc_link_this_platform_refuses_falls_back_to_a_temporary_name(
     assert sorted(os.listdir(sink.directory)) == [f"{KEY}.eml", "two.eml"]
 
 
-def test_reminders_dev_refuses_a_mail_dir_behind_a_dangling_symlink(tmp_path: Path) -> None:
-    """`reminders dev` checks MAIL_DIR before it writes anything (it used to stop on
-    mkdir's bare "File exists"): exit status 2, the link and its target named, and no
-    state written (no JWT secret, no profiles file)."""
-    import socket
-    import subprocess
-    import sys
-
-    link = tmp_path / "mail"
-    link.symlink_to(tmp_path / "gone")
-    state = tmp_path / "state"
+def reminders_dev(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[str]:
+    """`reminders dev` on a free port with these environment variables (no DATABASE_URL:
+    it would stop before the embedded database starts, or fail the test if it did)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env |= {"STATE_DIR": str(state), "MAIL_DIR": str(link), "LOG_FORMAT": "console"}
-    done = subprocess.run(
+    env |= {"LOG_FORMAT": "console", **variables}
+    return subprocess.run(
         [sys.executable, "-m", "reminders", "dev", "--port", str(port)],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )  # fmt: skip
+
+
+def test_reminders_dev_refuses_a_mail_dir_behind_a_dangling_symlink(tmp_path: Path) -> None:
+    """`reminders dev` checks MAIL_DIR before it writes anything (it used to stop on
+    mkdir's bare "File exists"): exit status 2, the link and its target named, and no
+    state written (no JWT secret, no profiles file)."""
+    link = tmp_path / "mail"
+    link.symlink_to(tmp_path / "gone")
+    state = tmp_path / "state"
+
+    done = reminders_dev(tmp_path, STATE_DIR=str(state), MAIL_DIR=str(link))
+
     assert done.returncode == 2, done.stderr
     output = done.stdout + done.stderr
     assert f"{link} is a symbolic link to {tmp_path / 'gone'}, which does not exist" in output
     assert not (state / "jwt_secret").exists()
     assert not (tmp_path / "gone").exists()
+
+
+def test_reminders_dev_refuses_a_state_dir_behind_a_dangling_symlink(tmp_path: Path) -> None:
+    # Trial helper-52: STATE_DIR was resolved (through the link) before the check, so
+    # the JWT secret, the profiles and the emails went to the link's target.
+    (tmp_path / "state").symlink_to("missing")
+
+    done = reminders_dev(tmp_path, STATE_DIR=str(tmp_path / "state"))
+
+    assert done.returncode == 2, done.stderr
+    expected = f"{tmp_path / 'state'} is a symbolic link to {tmp_path / 'missing'}, which does"
+    assert expected in done.stdout + done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["state"]
+
+
+def test_reminders_dev_refuses_a_mail_dir_in_a_loop_of_links(tmp_path: Path) -> None:
+    # Trial helper-52: a traceback ending in "File exists", after the state was written.
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+
+    done = reminders_dev(tmp_path, STATE_DIR=str(tmp_path / "st"), MAIL_DIR=str(tmp_path / "a"))
+
+    assert done.returncode == 2, done.stderr
+    assert f"{tmp_path / 'a'} is a loop of symbolic links" in done.stdout + done.stderr
+    assert not (tmp_path / "st").exists()
