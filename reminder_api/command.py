@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 Host = Annotated[str, typer.Option(help="Interface to listen on.")]
-Port = Annotated[int, typer.Option(help="TCP port to listen on.")]
+Port = Annotated[int, typer.Option(min=1, max=65535, help="TCP port to listen on.")]
 Workers = Annotated[
     int | None,
     typer.Option(

@@ -79,11 +79,15 @@ def open_runtime(
 
     Raises:
         RuntimeError: the embedded database cannot start.
+        ConfigurationError: DATABASE_URL is unset and STATE_DIR holds no embedded database
+            (unless `migrate`).
         sqlalchemy.exc.OperationalError: the database cannot be reached (on migrate).
         ConfigurationError: with `check_queue`, the queue QUEUE_URL names does not exist.
     """
     settings = process_settings(settings, worker=worker)
-    url = resolve_database_url(settings.database_url, settings.state_dir)
+    # Only `reminders dev` (which migrates) makes an embedded database; every other
+    # process is refused one in a directory that has none (embedded_database_url).
+    url = resolve_database_url(settings.database_url, settings.state_dir, create=migrate)
     if migrate:
         from reminder_core.db.migrate import upgrade  # alembic: only `reminders dev`
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -28,7 +29,7 @@ from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from reminder_core.worker.loop import Heartbeat, Service, join_loops, start_loops
 from reminder_core.worker.signals import install_stop_handlers
-from sender.providers.file_sink import broken_symlink
+from sender.providers.file_sink import unusable_directory
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +50,22 @@ def local_zone_name() -> str:
     return target.split(marker, 1)[1] if marker in target else "UTC"
 
 
-def port_is_free(host: str, port: int) -> bool:
-    """True when `host:port` can be bound now (checked before the banner is printed)."""
+def bind_problem(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be bound now, None when it can (checked before the banner
+    is printed): "already in use" for EADDRINUSE, else the system's reason (an address
+    this machine does not have, EADDRNOTAVAIL; a host name that does not resolve)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
-        except OSError:
-            return False
-    return True
+        except socket.gaierror as exc:
+            return f"cannot listen there: {host!r} does not resolve ({exc.strerror})"
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return "already in use (another `reminders dev`?); try --port"
+            return f"cannot listen there: {exc.strerror or exc}"
+    return None
 
 
 def banner(base_url: str, token: str, mail_dir: Path, zone: str) -> str:
@@ -97,8 +104,8 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     # Human-readable logs on a laptop, unless LOG_FORMAT asks for something else.
     explicit = "log_format" in settings.model_fields_set
     configure_logging(settings.log_level, settings.log_format if explicit else "console")
-    if not port_is_free(host, port):
-        log.error("%s:%d is already in use (another `reminders dev`?); try --port", host, port)
+    if problem := bind_problem(host, port):
+        log.error("%s:%d %s", host, port, problem)
         return 1
     # Before anything is written, and before resolve() follows the links: state or
     # emails written through a dangling link land wherever it points (a volume not
@@ -108,8 +115,8 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         ("STATE_DIR", settings.state_dir),
         ("MAIL_DIR", settings.effective_mail_dir),
     ):
-        if broken := broken_symlink(path.absolute()):
-            log.error("%s %s cannot be used: %s", variable, path, broken)
+        if unusable := unusable_directory(path.absolute()):
+            log.error("%s %s cannot be used: %s", variable, path, unusable)
             return 2
     settings.state_dir = settings.state_dir.resolve()
     settings.jwt_key(create=True)

@@ -2,27 +2,52 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+
+from reminder_core.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
+#: A socket directory pg_ctl can hand to postgres as it is: pgserver passes it as
+#: `-o "-k <dir>"`, which pg_ctl runs through the shell, unquoted, so a space (or a
+#: quote, `$`, ...) in the path splits the option ("postgres: invalid argument") and the
+#: server never starts (found by a trial: a checkout under "my proj/").
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+,:=@%~-]+")
 
-def embedded_database_url(state_dir: Path) -> str:
+
+def embedded_database_url(state_dir: Path, *, create: bool = True) -> str:
     """Start (or attach to) the embedded PostgreSQL under `state_dir/pgdata`; return its URL.
 
     The data directory is kept, so reminders survive restarts; a server already started
     by another process on the same directory is reused. The server stops when the last
     process using it exits (pgserver's default cleanup).
 
+    Args:
+        create: make `state_dir/pgdata` when it is missing (`reminders dev`, `reminders
+            migrate`); without, a missing one is refused: a command run in the wrong
+            directory would otherwise start an empty database there and report its
+            missing schema (trial helper-53).
+
     Side effects: creates `state_dir/pgdata` on first use (initdb, a few seconds).
 
     Raises:
         RuntimeError: the `pgserver` package is missing or the server cannot start.
+        ConfigurationError: no `state_dir/pgdata` and not `create`.
     """
+    pgdata = (state_dir / "pgdata").resolve()
+    if not create and not (pgdata / "PG_VERSION").is_file():
+        raise ConfigurationError(
+            f"DATABASE_URL is unset and {state_dir} holds no embedded database: run"
+            " `reminders dev` once in this directory (or set STATE_DIR to the directory"
+            " it ran with), or set DATABASE_URL"
+        )
     try:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless.
@@ -30,15 +55,49 @@ def embedded_database_url(state_dir: Path) -> str:
             import pgserver
     except ImportError as exc:  # pragma: no cover - dependency of the package
         raise RuntimeError("DATABASE_URL is unset and pgserver is not installed") from exc
-    pgdata = (state_dir / "pgdata").resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     log.info("starting embedded PostgreSQL in %s", pgdata)
     _forget_dead_handles(pgdata)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        _quote_safe_socket_dir(pgserver.postgres_server)
         server = pgserver.get_server(pgdata)  # type: ignore[attr-defined]
     uri: str = server.get_uri()
     return uri.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def _quote_safe_socket_dir(module: object) -> None:
+    """Make pgserver choose a socket directory the shell does not split (_SHELL_SAFE):
+    where the one it picks (the data directory, when its socket path is short enough)
+    is not, its own second choice, `<runtime path>/<hash of pgdata>`, is used instead.
+    pgserver's `find_suitable_socket_dir` is wrapped once per process.
+
+    Raises:
+        RuntimeError: neither directory is safe (a runtime path with a space, too).
+    """
+    find: Callable[[Path, Path], Path] = module.find_suitable_socket_dir  # type: ignore[attr-defined]
+    if getattr(find, "quote_safe", False):
+        return
+
+    def quote_safe(pgdata: Path, runtime_path: Path) -> Path:
+        chosen = find(pgdata, runtime_path)
+        if _SHELL_SAFE.fullmatch(str(chosen)):
+            return chosen
+        # As pgserver names its second choice (utils.find_suitable_socket_dir).
+        identity = f"{pgdata}-{pgdata.stat().st_ino}".encode()
+        fallback = runtime_path / hashlib.sha256(identity).hexdigest()[:10]
+        if not _SHELL_SAFE.fullmatch(str(fallback)):
+            raise RuntimeError(
+                f"the embedded PostgreSQL cannot start under {pgdata}: its socket directory"
+                " must not hold spaces or shell characters; set STATE_DIR to another"
+                " directory, or DATABASE_URL"
+            )
+        fallback.mkdir(parents=True, exist_ok=True)
+        log.info("embedded PostgreSQL socket in %s (%s holds a space)", fallback, pgdata)
+        return fallback
+
+    quote_safe.quote_safe = True  # type: ignore[attr-defined]
+    module.find_suitable_socket_dir = quote_safe  # type: ignore[attr-defined]
 
 
 def _forget_dead_handles(pgdata: Path) -> None:
@@ -71,8 +130,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def resolve_database_url(database_url: str | None, state_dir: Path) -> str:
-    """Return `database_url`, or the embedded server's URL when it is None or empty."""
+def resolve_database_url(database_url: str | None, state_dir: Path, *, create: bool = True) -> str:
+    """Return `database_url`, or the embedded server's URL when it is None or empty
+    (`create`: make the embedded database when `state_dir` has none;
+    `embedded_database_url`)."""
     if database_url:
         return database_url
-    return embedded_database_url(state_dir)
+    return embedded_database_url(state_dir, create=create)

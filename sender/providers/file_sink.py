@@ -69,7 +69,8 @@ class FileSinkProvider:
 
     Raises:
         ConfigurationError: `directory`, or one of its parents, is a symbolic link to
-            nothing; the message names the link and its target.
+            nothing or a loop of links, or is not a directory (`unusable_directory`); the
+            message names the entry.
     """
 
     name = "file"
@@ -78,8 +79,8 @@ class FileSinkProvider:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        if broken := broken_symlink(directory):
-            raise ConfigurationError(f"file sink directory {directory}: {broken}")
+        if unusable := unusable_directory(directory):
+            raise ConfigurationError(f"file sink directory {directory}: {unusable}")
         #: Write without a name while the platform allows it; False after the first
         #: refusal (another OS, a filesystem without O_TMPFILE, no /proc, a /proc link
         #: refused).
@@ -242,6 +243,19 @@ def _exists_synced(name: str, dir_fd: int) -> bool:
         os.close(fd)
     os.fsync(dir_fd)
     return True
+
+
+def unusable_directory(directory: Path) -> str | None:
+    """Why `directory` cannot hold the emails, found without writing anything: a broken
+    symbolic link on its path (`broken_symlink`), or an entry on it that is not a
+    directory ("<path> is not a directory": mkdir(2) answers EEXIST or ENOTDIR); None
+    otherwise (permissions are for open(2) and mkdir(2) to report)."""
+    if broken := broken_symlink(directory):
+        return broken
+    for entry in (directory, *directory.parents):
+        if os.path.lexists(entry):
+            return None if os.path.isdir(entry) else f"{entry} is not a directory"
+    return None
 
 
 def broken_symlink(directory: Path) -> str | None:

@@ -148,9 +148,11 @@ def test_a_removed_directory_is_made_again(sink: FileSinkProvider) -> None:
 
 
 def test_an_unwritable_directory_is_a_transient_error(tmp_path: Path) -> None:
+    # A file put where the directory should be after the sink was made (at start, it
+    # is a ConfigurationError: test_a_directory_that_is_a_file_is_a_configuration_error).
     blocker = tmp_path / "mail"
-    blocker.write_text("a file where the directory should be")
     sink = FileSinkProvider(blocker)
+    blocker.write_text("a file where the directory should be")
 
     with pytest.raises(TransientDeliveryError, match="file sink cannot write"):
         sink.send(mail(), idempotency_key=KEY)
@@ -381,16 +383,20 @@ def test_a_proc_link_this_platform_refuses_falls_back_to_a_temporary_name(
     assert sorted(os.listdir(sink.directory)) == [f"{KEY}.eml", "two.eml"]
 
 
-def reminders_dev(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[str]:
-    """`reminders dev` on a free port with these environment variables (no DATABASE_URL:
-    it would stop before the embedded database starts, or fail the test if it did)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def reminders_dev(
+    tmp_path: Path, *arguments: str, **variables: str
+) -> subprocess.CompletedProcess[str]:
+    """`reminders dev` on a free port (unless `arguments` name one) with these
+    environment variables (no DATABASE_URL: it would stop before the embedded database
+    starts, or fail the test if it did)."""
+    if "--port" not in arguments:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            arguments = (*arguments, "--port", str(s.getsockname()[1]))
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env |= {"LOG_FORMAT": "console", **variables}
     return subprocess.run(
-        [sys.executable, "-m", "reminders", "dev", "--port", str(port)],
+        [sys.executable, "-m", "reminders", "dev", *arguments],
         env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )  # fmt: skip
 
@@ -435,3 +441,58 @@ def test_reminders_dev_refuses_a_mail_dir_in_a_loop_of_links(tmp_path: Path) -> 
     assert done.returncode == 2, done.stderr
     assert f"{tmp_path / 'a'} is a loop of symbolic links" in done.stdout + done.stderr
     assert not (tmp_path / "st").exists()
+
+
+@pytest.mark.parametrize("where", ["the directory", "a parent"])
+def test_a_directory_that_is_a_file_is_a_configuration_error(tmp_path: Path, where: str) -> None:
+    # Trial helper-53: every send then failed (mkdir: EEXIST or ENOTDIR) until the
+    # dead-letter queue.
+    (tmp_path / "mail").write_text("not a directory")
+    directory = tmp_path / "mail" if where == "the directory" else tmp_path / "mail" / "x"
+
+    with pytest.raises(ConfigurationError) as caught:
+        FileSinkProvider(directory)
+
+    assert f"{tmp_path / 'mail'} is not a directory" in str(caught.value)
+
+
+def test_reminders_dev_refuses_a_mail_dir_that_is_a_file(tmp_path: Path) -> None:
+    # Trial helper-53: a 36-line FileExistsError traceback, exit 1.
+    (tmp_path / "mail").write_text("not a directory")
+
+    done = reminders_dev(tmp_path, STATE_DIR=str(tmp_path / "st"), MAIL_DIR=str(tmp_path / "mail"))
+
+    assert done.returncode == 2, done.stderr
+    assert f"{tmp_path / 'mail'} is not a directory" in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not (tmp_path / "st").exists()
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("256.1.1.1", "does not resolve"),  # no IPv4 address (inet_aton: each part <= 255)
+        ("192.0.2.1", "Cannot assign requested address"),  # TEST-NET-1 (RFC 5737): not ours
+    ],
+)
+def test_reminders_dev_names_why_it_cannot_listen(tmp_path: Path, host: str, reason: str) -> None:
+    # Trial helper-53: every bind failure was reported "already in use ... try --port".
+    done = reminders_dev(tmp_path, "--host", host, STATE_DIR=str(tmp_path / "st"))
+
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert reason in output
+    assert "already in use" not in output
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "0"])
+def test_reminders_dev_refuses_a_port_out_of_range_as_a_usage_error(
+    tmp_path: Path, port: str
+) -> None:
+    # Trial helper-53: OverflowError's traceback, exit 1 (docs/cli.md: 2 for a bad
+    # command line). TCP ports are 1-65535 (RFC 9293 §3.1; 0 is no port to listen on).
+    done = reminders_dev(tmp_path, "--port", port, STATE_DIR=str(tmp_path / "st"))
+
+    assert done.returncode == 2, done.stderr
+    assert "--port" in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
