@@ -92,8 +92,11 @@ function showProblem(box, problem, form = null, scope = null) {
   if (problem.detail) box.append(" ", el("span", {}, problem.detail));
   const unplaced = [];
   for (const { field, message } of problem.errors) {
-    const target = form && fieldFor(form, String(field));
-    if (target) addFieldError(target, field, message);
+    // The API names an item either way ("exdates.0" from validation, "exdates[0]" from
+    // the schedule's checks: docs/api.md); the form's data-field names use the dot.
+    const name = String(field).replace(/\[(\d+)\]/g, ".$1");
+    const target = form && fieldFor(form, name);
+    if (target) addFieldError(target, name, message);
     else unplaced.push(`${field}: ${message}`);
   }
   if (unplaced.length) box.append(el("ul", {}, ...unplaced.map((text) => el("li", {}, text))));
