@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 #: quote, `$`, ...) in the path splits the option ("postgres: invalid argument") and the
 #: server never starts (found by a trial: a checkout under "my proj/").
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+,:=@%~-]+")
+#: What the data directory's path cannot hold: pg_ctl starts postgres through the shell
+#: with `-D "<pgdata>"`, and inside double quotes the shell still expands `$`, "`" and
+#: `\` and ends the word at `"` (PostgreSQL src/bin/pg_ctl/pg_ctl.c, start_postmaster).
+_SHELL_EXPANDED = frozenset('$`"\\\n')
 
 
 def embedded_database_url(state_dir: Path, *, create: bool = True) -> str:
@@ -39,9 +43,16 @@ def embedded_database_url(state_dir: Path, *, create: bool = True) -> str:
 
     Raises:
         RuntimeError: the `pgserver` package is missing or the server cannot start.
-        ConfigurationError: no `state_dir/pgdata` and not `create`.
+        ConfigurationError: no `state_dir/pgdata` and not `create`; or a path the shell
+            would expand (`$`, a backquote, `"`, a backslash, a newline).
     """
     pgdata = (state_dir / "pgdata").resolve()
+    if shell := sorted(_SHELL_EXPANDED & set(str(pgdata))):
+        raise ConfigurationError(
+            f"the embedded PostgreSQL cannot run in {str(pgdata)!r}: pg_ctl passes its"
+            f" path through the shell, which expands {' '.join(map(repr, shell))}; set"
+            " STATE_DIR to another directory, or DATABASE_URL"
+        )
     if not create and not (pgdata / "PG_VERSION").is_file():
         raise ConfigurationError(
             f"DATABASE_URL is unset and {state_dir} holds no embedded database: run"

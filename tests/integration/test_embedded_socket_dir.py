@@ -11,6 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from reminder_core.db.embedded import embedded_database_url
+from reminder_core.errors import ConfigurationError
+
 PROGRAM = """
 import sys
 from pathlib import Path
@@ -25,8 +30,11 @@ engine.dispose()
 """
 
 
-def test_the_embedded_server_starts_under_a_path_with_a_space(tmp_path: Path) -> None:
-    state = tmp_path / "my proj" / ".reminders"
+@pytest.mark.parametrize("directory", ["my proj", "it's"])
+def test_the_embedded_server_starts_under_a_path_with_a_space(
+    tmp_path: Path, directory: str
+) -> None:
+    state = tmp_path / directory / ".reminders"
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     done = subprocess.run(
         [sys.executable, "-c", PROGRAM, str(state)],
@@ -39,3 +47,15 @@ def test_the_embedded_server_starts_under_a_path_with_a_space(tmp_path: Path) ->
     assert sockets != data
     # The server stopped with its last user (pgserver's cleanup): no postmaster left.
     assert not (state / "pgdata" / "postmaster.pid").exists()
+
+
+@pytest.mark.parametrize("character", ["$", "`", '"', "\\"])
+def test_a_path_the_shell_would_expand_is_refused_before_anything_is_made(
+    tmp_path: Path, character: str
+) -> None:
+    # pg_ctl starts postgres through the shell as `-D "<pgdata>"` (src/bin/pg_ctl/pg_ctl.c,
+    # start_postmaster): inside double quotes the shell still expands these.
+    state = tmp_path / f"a{character}b"
+    with pytest.raises(ConfigurationError, match="pg_ctl passes its path through the shell"):
+        embedded_database_url(state)
+    assert os.listdir(tmp_path) == []
