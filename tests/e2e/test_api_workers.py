@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -70,14 +71,35 @@ def start_two_workers(
     return proc, f"http://127.0.0.1:{port}", log
 
 
+@contextmanager
+def two_workers(
+    url: str, tmp_path: Path, **directories: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`start_two_workers`, answering; yields (process, base URL), and kills the process
+    if it is still running at the end."""
+    proc, base, log = start_two_workers(url, tmp_path, **directories)
+    try:
+        wait_until(lambda: api_ready(base), 60, "the API")
+        yield proc, base
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+def stopped(proc: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    """SIGTERM `proc`; it must exit 0 within 60 s (its log's end otherwise)."""
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, (tmp_path / "api.log").read_text()[-3000:]
+
+
 def test_two_worker_processes_serve_count_and_stop_together(
     e2e_db: tuple[str, Engine], tmp_path: Path
 ) -> None:
     url, engine = e2e_db
     metrics_dir = tmp_path / "metrics"
-    proc, base, log = start_two_workers(url, tmp_path, PROMETHEUS_MULTIPROC_DIR=metrics_dir)
-    try:
-        wait_until(lambda: api_ready(base), 60, "the API")
+    with two_workers(url, tmp_path, PROMETHEUS_MULTIPROC_DIR=metrics_dir) as (proc, base):
         wait_until(
             lambda: len([p for p in process_tree(proc.pid) if _is_worker(p)]) == 2,
             60,
@@ -103,17 +125,11 @@ def test_two_worker_processes_serve_count_and_stop_together(
         assert _requests_counted(base) == CREATES
         assert _requests_counted(base) == CREATES
 
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, (tmp_path / "api.log").read_text()[-3000:]
+        stopped(proc, tmp_path)
         deadline = time.monotonic() + 10
         while any(Path(f"/proc/{p}").exists() for p in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not [p for p in workers if Path(f"/proc/{p}").exists()]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        log.close()
 
 
 def test_the_metrics_directory_the_api_made_is_removed_when_it_stops(
@@ -123,19 +139,11 @@ def test_the_metrics_directory_the_api_made_is_removed_when_it_stops(
     # workers' samples; one was left behind at every start (43 in /tmp in one session).
     url, _ = e2e_db
     scratch = tmp_path / "tmp"
-    proc, base, log = start_two_workers(url, tmp_path, TMPDIR=scratch)
-    try:
-        wait_until(lambda: api_ready(base), 60, "the API")
+    with two_workers(url, tmp_path, TMPDIR=scratch) as (proc, _):
         made = list(scratch.glob("reminders-metrics-*"))
         assert len(made) == 1, made  # the workers' samples are there while it runs
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, (tmp_path / "api.log").read_text()[-3000:]
+        stopped(proc, tmp_path)
         assert not made[0].exists()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        log.close()
 
 
 def _creates_in(metrics_dir: Path, pid: int) -> float:
