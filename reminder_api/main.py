@@ -13,11 +13,12 @@ import uvicorn
 from fastapi import FastAPI
 
 from reminder_api.app import create_app
+from reminder_api.serving import StopEventServer
 from reminder_core.cell_directory import CellRouting, open_cell_routing
 from reminder_core.errors import configuration_errors
 from reminder_core.gc_policy import apply_gc_policy
 from reminder_core.logging import configure_logging
-from reminder_core.runtime import Runtime, open_runtime
+from reminder_core.runtime import Runtime, open_runtime, stopped_while_opening
 from reminder_core.settings import Settings
 from reminder_core.worker.signals import install_stop_handlers
 
@@ -57,8 +58,8 @@ def main(
     count = workers or settings.api_workers or default_workers()
     if count > 1:
         return _serve_multiprocess(settings, host=host, port=port, workers=count)
-    # uvicorn captures SIGTERM/SIGINT while it serves and re-raises them once it has shut
-    # down; with our handler in place that re-raise is a clean stop, not a kill.
+    # Our handlers before the database opens (a signal then stops cleanly once it is
+    # open) and while uvicorn serves (StopEventServer: a second signal is a hard stop).
     stop = threading.Event()
     install_stop_handlers(stop)
     with configuration_errors():
@@ -72,7 +73,7 @@ def main(
     try:
         if stop.is_set():
             return 0
-        server = uvicorn.Server(_config(app, settings, host=host, port=port))
+        server = StopEventServer(_config(app, settings, host=host, port=port), stop)
         server.run()
         return 0 if server.started else 1
     finally:
@@ -101,7 +102,11 @@ def _config(app: FastAPI | str, settings: Settings, **kwargs: object) -> uvicorn
 
 def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: int) -> int:
     # A bad setting is reported once, here, not by every worker as it crashes and is
-    # restarted: build the app once (no connection is opened) and drop it.
+    # restarted: build the app once (no connection is opened) and drop it. Our stop
+    # handlers meanwhile (the embedded PostgreSQL may be starting); uvicorn's supervisor
+    # installs its own when it runs.
+    stop = threading.Event()
+    install_stop_handlers(stop)
     with configuration_errors():
         rt = open_runtime(
             settings,
@@ -112,6 +117,8 @@ def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: in
             create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))
         finally:
             rt.close()
+    if stopped_while_opening(stop):
+        return 0
     # Each process counts its own requests; prometheus_client's multiprocess mode sums
     # them on /metrics (the workers inherit this variable; docs/operations.md).
     # A directory made here is removed once the workers have stopped (one was left in

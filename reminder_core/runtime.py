@@ -231,20 +231,36 @@ def run_workload(
     """
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
+    stop = threading.Event()
+    install_stop_handlers(stop)  # before the database opens: see `stopped_while_opening`
     with configuration_errors():
         rt = open_runtime(
             settings, application_name=application_name, check_queue=True, worker=True
         )
         service = build(rt)
     try:
+        if stopped_while_opening(stop):
+            return 0
         return run_services(
-            [(service, poll_interval_s(rt.settings))], rt.settings, engine=rt.engine
+            [(service, poll_interval_s(rt.settings))], rt.settings, stop, engine=rt.engine
         )
     finally:
         close_service = getattr(service, "close", None)  # e.g. the coordinator's LISTEN
         if close_service is not None:
             close_service()
         rt.close()
+
+
+def stopped_while_opening(stop: threading.Event) -> bool:
+    """Whether a SIGTERM or SIGINT came while the process opened its runtime (the stop
+    handlers were installed first, `install_stop_handlers`): the caller then closes what
+    it opened and exits with status 0 instead of starting its loops. Without the handlers
+    first, a SIGTERM while the embedded PostgreSQL started killed the process past
+    pgserver's exit hook and left the server running (trial helper-54)."""
+    if stop.is_set():
+        log.info("stopped while starting")
+        return True
+    return False
 
 
 class WorkloadMain(Protocol):

@@ -18,18 +18,20 @@ import coordinator.maintenance.main as maintenance_main
 import outbox_sweeper.main as sweeper_main
 import sender.main as sender_main
 from reminder_api.app import create_app
+from reminder_api.serving import StopEventServer
+from reminder_core.db.embedded import embedded_path_problem
 from reminder_core.db.session import make_engine
 from reminder_core.errors import configuration_errors
 from reminder_core.gc_policy import apply_gc_policy
 from reminder_core.logging import configure_logging
 from reminder_core.metrics_server import serve_worker_metrics
+from reminder_core.paths import unusable_directory
 from reminder_core.profiles import ensure_profile
 from reminder_core.runtime import hard_exit, open_runtime, start_registry
 from reminder_core.settings import Settings
 from reminder_core.tokens import mint_token
 from reminder_core.worker.loop import Heartbeat, Service, join_loops, start_loops
 from reminder_core.worker.signals import install_stop_handlers
-from sender.providers.file_sink import unusable_directory
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +120,11 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         if unusable := unusable_directory(path.absolute()):
             log.error("%s %s cannot be used: %s", variable, path, unusable)
             return 2
+    if not settings.database_url and (problem := embedded_path_problem(settings.state_dir)):
+        log.error(
+            "STATE_DIR %s cannot hold the embedded PostgreSQL: %s", settings.state_dir, problem
+        )
+        return 2
     settings.state_dir = settings.state_dir.resolve()
     settings.jwt_key(create=True)
     if not settings.public_base_url:  # the emails' snooze and stop links point here
@@ -129,7 +136,7 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
 
     # Handlers first: a SIGTERM while the database starts or migrates must not kill the
     # process past pgserver's exit hook (that would leave the embedded PostgreSQL running).
-    # uvicorn takes the signals over while it runs and hands them back to us when it exits.
+    # They stay ours while uvicorn runs (StopEventServer).
     stop = threading.Event()
     install_stop_handlers(stop)
     with configuration_errors():
@@ -193,11 +200,9 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         log_config=None,  # uvicorn's records go to our handler (reminder_core.logging)
         timeout_graceful_shutdown=int(settings.shutdown_grace_s),
     )
-    server = uvicorn.Server(config)
-    # A stop asked before uvicorn took the signals over must stop uvicorn too.
-    threading.Thread(
-        target=_stop_server_on, args=(stop, server), name="stop-watch", daemon=True
-    ).start()
+    # The signals stay ours while uvicorn serves: the first one stops it (and a stop
+    # asked before it started, too), a second one is a hard stop (StopEventServer).
+    server = StopEventServer(config, stop)
     status = 0
     try:
         server.run()
@@ -215,11 +220,6 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
         rt.close()
         log.info("reminders dev stopped")
     return status
-
-
-def _stop_server_on(stop: threading.Event, server: uvicorn.Server) -> None:
-    stop.wait()
-    server.should_exit = True
 
 
 __all__ = ["run_dev"]

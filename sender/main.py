@@ -8,9 +8,10 @@ from reminder_core.domain.retry import RetryPolicy
 from reminder_core.errors import configuration_errors
 from reminder_core.links import LinkSigner, delay_text
 from reminder_core.logging import configure_logging
-from reminder_core.runtime import Runtime, open_runtime, run_services
+from reminder_core.runtime import Runtime, open_runtime, run_services, stopped_while_opening
 from reminder_core.scheduling import ScheduleConfig
 from reminder_core.settings import Settings
+from reminder_core.worker.signals import install_stop_handlers
 from sender.providers import FileSinkProvider, Provider
 from sender.providers.instrumented import InstrumentedProvider
 from sender.providers.webhook import WebhookChannel
@@ -99,12 +100,15 @@ def main(settings: Settings | None = None) -> int:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
     stop = threading.Event()
+    install_stop_handlers(stop)  # before the database opens (`stopped_while_opening`)
     with configuration_errors():
         rt = open_runtime(
             settings, application_name="reminders-sender", check_queue=True, worker=True
         )
         sender = build(rt, stop)
     try:
+        if stopped_while_opening(stop):
+            return 0
         return run_services(
             [(sender, rt.settings.sender_poll_interval_s)], rt.settings, stop, engine=rt.engine
         )

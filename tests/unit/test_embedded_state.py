@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from reminder_core.db.embedded import embedded_database_url
+from reminder_core.errors import ConfigurationError
+from tests.support.dev import reminders_dev
+
 
 @pytest.mark.parametrize(
     "command", [["status"], ["dlq", "list"], ["suppressions", "list"]], ids=" ".join
@@ -29,3 +33,57 @@ def test_a_database_command_where_there_is_no_state_is_refused(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "holds no embedded database: run `reminders dev` once" in done.stderr
     assert os.listdir(tmp_path) == []
+
+
+# Trial helper-54: a STATE_DIR/pgdata that is a dangling symbolic link had the database
+# made at the link's target (pgserver resolves the path, then mkdir makes the target);
+# one that is a regular file ended in initdb's traceback.
+
+
+def test_a_pgdata_behind_a_dangling_link_is_refused_and_nothing_is_made(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "pgdata").symlink_to(tmp_path / "elsewhere")
+
+    with pytest.raises(ConfigurationError) as caught:
+        embedded_database_url(state)
+
+    expected = f"{state / 'pgdata'} is a symbolic link to {tmp_path / 'elsewhere'}, which does"
+    assert expected in str(caught.value)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_pgdata_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "pgdata").write_text("not a directory")
+
+    with pytest.raises(ConfigurationError) as caught:
+        embedded_database_url(tmp_path)
+
+    assert f"{tmp_path / 'pgdata'} is not a directory" in str(caught.value)
+
+
+@pytest.mark.parametrize("case", ["a shell character", "a dangling pgdata"])
+def test_reminders_dev_refuses_an_unusable_embedded_database_before_writing(
+    tmp_path: Path, case: str
+) -> None:
+    # Trial helper-54: the `$` refusal came after dev had written its JWT secret, the
+    # profiles file and the mail directory.
+    if case == "a shell character":
+        state = tmp_path / "a$b"
+        reason = "pg_ctl passes its path through the shell"
+    else:
+        state = tmp_path / "state"
+        state.mkdir()
+        (state / "pgdata").symlink_to(tmp_path / "elsewhere")
+        reason = "which does not exist"
+    before = sorted(os.listdir(state)) if state.exists() else None
+
+    done = reminders_dev(tmp_path, STATE_DIR=str(state))
+
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "cannot hold the embedded PostgreSQL" in output
+    assert reason in output
+    assert "Traceback" not in output
+    assert (sorted(os.listdir(state)) if state.exists() else None) == before
+    assert not (tmp_path / "elsewhere").exists()

@@ -13,10 +13,7 @@ import email
 import email.policy
 import errno
 import os
-import socket
 import stat
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +23,7 @@ import pytest
 from reminder_core.errors import ConfigurationError, TransientDeliveryError
 from sender.providers.base import OutgoingEmail
 from sender.providers.file_sink import STALE_TEMPORARY_S, FileSinkProvider
+from tests.support.dev import reminders_dev
 
 KEY = "0190b3c2-7d1e-7a1b-9c3d-1234567890ab-20300101T120000Z"
 
@@ -381,24 +379,6 @@ def test_a_proc_link_this_platform_refuses_falls_back_to_a_temporary_name(
 
     assert calls == ["fsync file", "link", "fsync dir"]
     assert sorted(os.listdir(sink.directory)) == [f"{KEY}.eml", "two.eml"]
-
-
-def reminders_dev(
-    tmp_path: Path, *arguments: str, **variables: str
-) -> subprocess.CompletedProcess[str]:
-    """`reminders dev` on a free port (unless `arguments` name one) with these
-    environment variables (no DATABASE_URL: it would stop before the embedded database
-    starts, or fail the test if it did)."""
-    if "--port" not in arguments:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            arguments = (*arguments, "--port", str(s.getsockname()[1]))
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env |= {"LOG_FORMAT": "console", **variables}
-    return subprocess.run(
-        [sys.executable, "-m", "reminders", "dev", *arguments],
-        env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
-    )  # fmt: skip
 
 
 def test_reminders_dev_refuses_a_mail_dir_behind_a_dangling_symlink(tmp_path: Path) -> None:
