@@ -431,6 +431,11 @@ def edit(
         if value is not None and clear:
             raise fail(f"give one of {flag}", EXIT_USAGE)
     all_day = True if all_day_flag else False if timed else None
+    changes = (title, body, start, timezone, rrule, exdate, all_day, dst, misfire, max_lateness_s)
+    if all(v is None for v in changes) and not (clear_body or profile_zone or one_time
+                                                 or clear_exdates):  # fmt: skip
+        # An empty PATCH changes nothing and exited 0 (trial helper-53): say so.
+        raise fail("nothing to change: give at least one option (see --help)", EXIT_USAGE)
     with api(api_url) as client:
         reminder = client.update(
             reminder_id,

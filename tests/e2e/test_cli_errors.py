@@ -195,6 +195,8 @@ def test_a_database_never_migrated_is_one_line_and_exit_2(
             ["edit", "0b6f3a52-4c1e-4e8a-9a57-2f4ad1d2c8e1", "--all-day", "--timed"],
             "give one of --all-day/--timed",
         ),
+        # Trial helper-53: an empty PATCH, exit 0, nothing said.
+        (["edit", "0b6f3a52-4c1e-4e8a-9a57-2f4ad1d2c8e1"], "nothing to change"),
     ],
 )
 def test_client_usage_errors_are_one_line_and_exit_2(
