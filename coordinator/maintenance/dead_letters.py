@@ -146,10 +146,15 @@ class DeadLetterRecorder:
         """Record the occurrence (and any chosen after it) failed and move the reminder
         on; True when a delivery row was ended here."""
         reminder_id, run_time = occurrence.key
-        failed = delivery_log.fail_dead_letter(
+        written = delivery_log.fail_dead_letter(
             conn, reminder_id=reminder_id, user_id=occurrence.user_id, run_time_utc=run_time,
             error=error, now=now,
         )  # fmt: skip
+        failed = written is not None
+        # The reminder's last_error names the cause too, not only the receive count (a
+        # read-only MAIL_DIR said "dead-lettered after 5 receives", trial helper-53).
+        last = (written or "").removesuffix(f"; {error}")
+        cause = f"{error}; last error: {last}" if last and last != written else error
         chosen = delivery_log.fail_chosen_after(
             conn, reminder_id=reminder_id, run_time_utc=run_time, error=error, now=now
         )
@@ -161,7 +166,7 @@ class DeadLetterRecorder:
             zone=zone_or_none(timezone, profile),
             after=max([run_time, *chosen]),
             sent=False,
-            error=error,
+            error=cause,
             now=now,
             config=self.schedule_config,
         )

@@ -633,10 +633,12 @@ def fail_dead_letter(
     run_time_utc: datetime,
     error: str,
     now: datetime,
-) -> bool:
+) -> str | None:
     """Record a dead-lettered occurrence `failed` with `error`: a new row, or its
-    `sending` row ended (lease cleared; `error` appended); a terminal row is left as it is
-    (`delivery_fail_dead_letter`). Returns True when a row was written."""
+    `sending` row ended (lease cleared; `error` appended to the last attempt's); a
+    terminal row is left as it is (`delivery_fail_dead_letter`). Returns the row's error
+    as written ("<last attempt's error>; <error>", or `error`), None when no row was
+    written."""
     result = run(
         conn,
         query("delivery_fail_dead_letter"),
@@ -648,7 +650,8 @@ def fail_dead_letter(
             "now": now,
         },
     )
-    return bool(result.rowcount)
+    written = result.scalar_one_or_none()
+    return None if written is None else str(written)
 
 
 def fail_chosen_after(

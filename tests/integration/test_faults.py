@@ -183,10 +183,16 @@ def test_always_failing_provider_dead_letters_fails_and_advances_a_recurring_rem
     assert maintenance.run_once(clock.now).counts == {}  # recorded once
     with db.connect() as conn:
         d = conn.execute(text("SELECT status, attempt_count, error FROM delivery_log")).one()
-        r = conn.execute(text("SELECT status, next_run_utc FROM reminders")).one()
+        r = conn.execute(text("SELECT status, next_run_utc, last_error FROM reminders")).one()
     assert (d.status, d.attempt_count) == ("failed", 3)
     assert "dead-lettered" in d.error
     assert (r.status, r.next_run_utc) == ("pending", datetime(2030, 1, 2, 9, tzinfo=UTC))
+    # The reminder names the last attempt's error too, not only the receive count (trial
+    # helper-53: a read-only MAIL_DIR said "dead-lettered after 5 receives", nothing more).
+    last_attempt = d.error.removesuffix("; dead-lettered after 3 receives")
+    assert last_attempt != d.error, d.error
+    assert "HTTP 500" in last_attempt, d.error
+    assert r.last_error == f"dead-lettered after 3 receives; last error: {last_attempt}"
 
 
 def test_replay_sends_a_dead_letter_once_and_never_resends_a_delivered_one(

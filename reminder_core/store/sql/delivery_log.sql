@@ -362,7 +362,8 @@ SET status = 'failed',
     locked_at = NULL,
     lease_token = NULL,
     updated_at = EXCLUDED.updated_at
-WHERE d.status = 'sending';
+WHERE d.status = 'sending'
+RETURNING d.error;
 
 -- name: delivery_fail_chosen_after
 UPDATE delivery_log
