@@ -164,11 +164,21 @@ def _own_session(module: object) -> None:
             setattr(module, name, _in_own_session(command))
 
 
+#: Seconds pg_ctl may take to start the server: pg_ctl's own wait (`-w`, PGCTLTIMEOUT's
+#: default, PostgreSQL docs "pg_ctl"); pgserver allows it 10, which a loaded laptop or CI
+#: machine can exceed (the start then failed, the server starting anyway).
+PG_CTL_TIMEOUT_S = 60.0
+
+
 def _in_own_session(command: Callable[..., str]) -> Callable[..., str]:
-    """`command` (one of pgserver's program wrappers) with `start_new_session=True`."""
+    """`command` (one of pgserver's program wrappers) with `start_new_session=True`, and
+    a timeout, where pgserver gives one, of at least PG_CTL_TIMEOUT_S."""
 
     def in_own_session(args: list[str], pgdata: Path | None = None, **kwargs: object) -> str:
         kwargs.setdefault("start_new_session", True)
+        timeout = kwargs.get("timeout")
+        if isinstance(timeout, int | float):
+            kwargs["timeout"] = max(float(timeout), PG_CTL_TIMEOUT_S)
         return command(args, pgdata=pgdata, **kwargs)
 
     in_own_session.own_session = True  # type: ignore[attr-defined]

@@ -87,3 +87,26 @@ def test_reminders_dev_refuses_an_unusable_embedded_database_before_writing(
     assert "Traceback" not in output
     assert (sorted(os.listdir(state)) if state.exists() else None) == before
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_pgserver_commands_run_in_their_own_session_with_pg_ctls_own_wait() -> None:
+    # pgserver's initdb/pg_ctl functions take subprocess.run's keyword arguments; the
+    # wrapper adds a session of their own (a group signal must not reach them) and lets
+    # pg_ctl wait as long as pg_ctl itself does (60 s, not pgserver's 10).
+    from reminder_core.db.embedded import PG_CTL_TIMEOUT_S, _in_own_session
+
+    calls: list[dict[str, object]] = []
+
+    def command(args: list[str], pgdata: Path | None = None, **kwargs: object) -> str:
+        calls.append({"args": args, "pgdata": pgdata, **kwargs})
+        return "ok"
+
+    wrapped = _in_own_session(command)
+    assert wrapped(["start"], pgdata=Path("/d"), user="pgserver", timeout=10) == "ok"
+    assert wrapped(["-w", "stop"], pgdata=Path("/d")) == "ok"
+    assert calls == [
+        {"args": ["start"], "pgdata": Path("/d"), "user": "pgserver",
+         "timeout": PG_CTL_TIMEOUT_S, "start_new_session": True},
+        {"args": ["-w", "stop"], "pgdata": Path("/d"), "start_new_session": True},
+    ]  # fmt: skip
+    assert PG_CTL_TIMEOUT_S == 60.0
