@@ -3,24 +3,36 @@ or in `workers` processes sharing one listening socket."""
 
 from __future__ import annotations
 
-import atexit
+import contextlib
+import ctypes
+import logging
+import multiprocessing
 import os
 import shutil
+import signal
+import socket
+import sys
 import tempfile
 import threading
+from collections.abc import AsyncIterator
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.supervisors import Multiprocess
 
 from reminder_api.app import create_app
 from reminder_api.serving import StopEventServer
 from reminder_core.cell_directory import CellRouting, open_cell_routing
+from reminder_core.db.embedded import release_embedded_servers
 from reminder_core.errors import configuration_errors
 from reminder_core.gc_policy import apply_gc_policy
 from reminder_core.logging import configure_logging
 from reminder_core.runtime import Runtime, open_runtime, stopped_while_opening
 from reminder_core.settings import Settings
 from reminder_core.worker.signals import install_stop_handlers
+
+log = logging.getLogger(__name__)
 
 #: At most this many processes by default: past it, two cores gain nothing and every
 #: process holds its own connection pool.
@@ -128,16 +140,17 @@ def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: in
         made = tempfile.mkdtemp(prefix="reminders-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
     try:
-        return _run_workers(settings, host=host, port=port, workers=workers)
+        return _run_workers(settings, host=host, port=port, workers=workers, stop=stop)
     finally:
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
 
 
-def _run_workers(settings: Settings, *, host: str, port: int, workers: int) -> int:
-    """uvicorn's supervisor over `workers` processes on one socket, until it stops."""
-    from uvicorn.supervisors import Multiprocess
-
+def _run_workers(
+    settings: Settings, *, host: str, port: int, workers: int, stop: threading.Event
+) -> int:
+    """uvicorn's supervisor over `workers` processes on one socket, until `stop` is set
+    (`Supervisor`)."""
     config = _config(
         "reminder_api.main:worker_app",
         settings,
@@ -148,10 +161,34 @@ def _run_workers(settings: Settings, *, host: str, port: int, workers: int) -> i
     )
     sock = config.bind_socket()  # exits with status 1 when the port is taken
     try:
-        Multiprocess(config, sockets=[sock]).run()
+        Supervisor(config, [sock], stop).run()
     finally:
         sock.close()
     return 0
+
+
+class Supervisor(Multiprocess):
+    """uvicorn's supervisor of worker processes, stopped by the process's own handlers
+    (`install_stop_handlers`): the first SIGTERM or SIGINT sets `stop`, which is the
+    supervisor's `should_exit` (its workers are sent SIGTERM and waited for, each
+    draining its connections); a second one kills the workers (SIGKILL) and exits with
+    status 130 at once. uvicorn's own handlers queued every signal and handled none while
+    it waited for the workers, so a second Ctrl-C did nothing (trial helper-55). SIGHUP,
+    SIGTTIN and SIGTTOU keep uvicorn's meaning (restart, one worker more, one fewer).
+    """
+
+    def __init__(
+        self, config: uvicorn.Config, sockets: list[socket.socket], stop: threading.Event
+    ) -> None:
+        super().__init__(config, sockets)  # installs uvicorn's handlers for its signals
+        self.should_exit = stop
+        install_stop_handlers(stop, on_hard_stop=self._kill_workers)
+
+    def _kill_workers(self) -> None:
+        for process in self.processes:
+            if process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
 
 
 def worker_app() -> FastAPI:
@@ -165,7 +202,46 @@ def worker_app() -> FastAPI:
         application_name="reminders-api",
         statement_timeout_s=settings.api_statement_timeout_s,
     )
-    atexit.register(rt.close)
     app = create_app(rt.settings, rt.engine, rt.profiles, cells=_cells(rt))
+    _close_at_shutdown(app, rt)
+    exit_with_parent()
     apply_gc_policy(settings.gc_gen0_threshold)  # set up: the rest is per request
     return app
+
+
+def _close_at_shutdown(app: FastAPI, rt: Runtime) -> None:
+    """Close `rt` and release the embedded PostgreSQL when `app` shuts down (its
+    lifespan's end), not at exit: a worker ends by the SIGTERM uvicorn raises again after
+    its graceful shutdown, which skips exit hooks, so with every user of the embedded
+    server gone that way (the supervisor killed, trial helper-55) none stopped it."""
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(application: FastAPI) -> AsyncIterator[Any]:
+        async with inner(application) as state:
+            yield state
+        rt.close()
+        release_embedded_servers()
+
+    app.router.lifespan_context = lifespan
+
+
+#: prctl(2) option: the signal the kernel sends this process when its parent dies.
+PR_SET_PDEATHSIG = 1
+
+
+def exit_with_parent() -> None:
+    """Linux: have the kernel send this worker SIGTERM when its supervisor dies (prctl(2)
+    PR_SET_PDEATHSIG), which uvicorn's server takes as a graceful stop. A supervisor killed
+    with SIGKILL left its workers serving the port as orphans (trial helper-55). Elsewhere,
+    or when prctl fails: nothing (logged). A supervisor already gone: SIGTERM now.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_PDEATHSIG): %s", os.strerror(ctypes.get_errno()))
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before prctl
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -4,6 +4,7 @@ links, a file where a directory should be."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from pathlib import Path
@@ -14,11 +15,37 @@ def unusable_directory(directory: Path) -> str | None:
     anything: a broken symbolic link on its path (`broken_symlink`), or an entry on it that is not a
     directory ("<path> is not a directory": mkdir(2) answers EEXIST or ENOTDIR); None
     otherwise (permissions are for open(2) and mkdir(2) to report)."""
+    if too_long := overlong_name(directory):
+        return too_long
     if broken := broken_symlink(directory):
         return broken
     for entry in (directory, *directory.parents):
         if os.path.lexists(entry):
             return None if os.path.isdir(entry) else f"{entry} is not a directory"
+    return None
+
+
+def overlong_name(directory: Path) -> str | None:
+    """Why `directory` is a path the system cannot use at all (ENAMETOOLONG, which no
+    mkdir or open reports clearly: a traceback, trial helper-55): a name on it longer than
+    the filesystem allows (pathconf(3) NAME_MAX of the deepest existing directory,
+    typically 255 bytes), or the whole path longer than PATH_MAX (4096 on Linux); None
+    otherwise."""
+    existing = next((p for p in (directory, *directory.parents) if os.path.isdir(p)), None)
+    name_max, path_max = 255, 4096
+    if existing is not None:
+        with contextlib.suppress(OSError, ValueError):
+            name_max = os.pathconf(existing, "PC_NAME_MAX")
+            path_max = os.pathconf(existing, "PC_PATH_MAX")
+    for name in directory.parts:
+        if len(os.fsencode(name)) > name_max:
+            shown = name if len(name) <= 40 else f"{name[:20]}...{name[-10:]}"
+            return (
+                f"the name {shown!r} on {directory} is {len(os.fsencode(name))} bytes long,"
+                f" over the filesystem's {name_max}"
+            )
+    if len(os.fsencode(str(directory))) >= path_max:
+        return f"the path {str(directory)[:60]}... is longer than the system's {path_max} bytes"
     return None
 
 
@@ -46,4 +73,4 @@ def broken_symlink(directory: Path) -> str | None:
     return None
 
 
-__all__ = ["broken_symlink", "unusable_directory"]
+__all__ = ["broken_symlink", "overlong_name", "unusable_directory"]

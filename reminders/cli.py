@@ -33,9 +33,17 @@ app = typer.Typer(
 def dev(host: Host = "127.0.0.1", port: Port = 8000) -> None:
     """Run the API and every workload in one process (embedded PostgreSQL when
     DATABASE_URL is unset; state in ./.reminders)."""
+    import threading
+
+    from reminder_core.worker.signals import install_stop_handlers
+
+    # Before the second or so of imports below: a SIGTERM then ended the process with
+    # status 143 and nothing said (trial helper-55); now it is a stop during startup.
+    stop = threading.Event()
+    install_stop_handlers(stop)
     from reminders.dev import run_dev
 
-    raise typer.Exit(run_dev(host, port))
+    raise typer.Exit(run_dev(host, port, stop=stop))
 
 
 app.command()(api)

@@ -95,17 +95,34 @@ def banner(base_url: str, token: str, mail_dir: Path, zone: str) -> str:
     )
 
 
-def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
+def run_dev(
+    host: str, port: int, settings: Settings | None = None, *, stop: threading.Event | None = None
+) -> int:
     """Start the embedded database (if DATABASE_URL is unset), migrate, and run the API
     and every workload in this process until Ctrl-C / SIGTERM.
+
+    Args:
+        stop: the event the stop handlers set (`install_stop_handlers`), when the caller
+            installed them already (the CLI does, before importing this module); None:
+            installed here, before anything is written.
+
+    Returns:
+        The exit status: 0 after a clean stop (a stop during startup included), 1 when the
+        API or the metrics port cannot listen, 2 for a STATE_DIR or MAIL_DIR it refuses.
 
     Side effects: state under STATE_DIR (default ./.reminders): pgdata/, jwt_secret,
     profiles.json (with the demo user), mail/.
     """
+    if stop is None:
+        stop = threading.Event()
+        install_stop_handlers(stop)
     settings = settings or Settings()
     # Human-readable logs on a laptop, unless LOG_FORMAT asks for something else.
     explicit = "log_format" in settings.model_fields_set
     configure_logging(settings.log_level, settings.log_format if explicit else "console")
+    if stop.is_set():  # while the modules loaded: nothing written yet
+        log.info("reminders dev stopped during startup")
+        return 0
     if problem := bind_problem(host, port):
         log.error("%s:%d %s", host, port, problem)
         return 1
@@ -134,11 +151,12 @@ def run_dev(host: str, port: int, settings: Settings | None = None) -> int:
     ensure_profile(settings.effective_profiles_file, DEMO_USER, email=DEMO_EMAIL, timezone=zone)
     settings.effective_mail_dir.mkdir(parents=True, exist_ok=True)
 
-    # Handlers first: a SIGTERM while the database starts or migrates must not kill the
-    # process past pgserver's exit hook (that would leave the embedded PostgreSQL running).
-    # They stay ours while uvicorn runs (StopEventServer).
-    stop = threading.Event()
-    install_stop_handlers(stop)
+    # The handlers came first: a SIGTERM while the database starts or migrates must not
+    # kill the process past pgserver's exit hook (that would leave the embedded
+    # PostgreSQL running). They stay ours while uvicorn runs (StopEventServer).
+    if stop.is_set():
+        log.info("reminders dev stopped during startup")
+        return 0
     with configuration_errors():
         rt = open_runtime(
             settings,

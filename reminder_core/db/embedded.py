@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import subprocess
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -261,6 +262,25 @@ def _forget_dead_handles_at_exit(module: object, pgdata: Path) -> None:
             _forget_dead_handles(pgdata)
 
     atexit.register(forget)
+
+
+def release_embedded_servers() -> None:
+    """Stop using the embedded PostgreSQL servers this process started or attached to,
+    now rather than at exit: forget their dead users (`_forget_dead_handles`), then run
+    pgserver's cleanup for this process (which stops a server whose last user this
+    process was; a second run, at exit, does nothing). For processes that do not reach
+    their exit hooks: a worker of `reminders api --workers N` ends by the SIGTERM uvicorn
+    raises again after its graceful shutdown, so it releases the server at its app's
+    shutdown (reminder_api.main.worker_app). Without pgserver, or no server: nothing.
+    """
+    module = sys.modules.get("pgserver.postgres_server")
+    if module is None:
+        return
+    servers = module.PostgresServer._instances
+    for pgdata, server in list(servers.items()):
+        with module.PostgresServer._lock:
+            _forget_dead_handles(pgdata)
+        server._cleanup()
 
 
 #: Data directories whose `_forget_dead_handles_at_exit` hook this process registered.

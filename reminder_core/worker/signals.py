@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 
 log = logging.getLogger(__name__)
@@ -18,15 +19,23 @@ log = logging.getLogger(__name__)
 REPEAT_WINDOW_S = 0.5
 
 
-def install_stop_handlers(stop: threading.Event) -> None:
+def install_stop_handlers(
+    stop: threading.Event, *, on_hard_stop: Callable[[], None] | None = None
+) -> None:
     """Route SIGTERM and SIGINT to `stop` (must be called from the main thread).
 
     First signal: set `stop`; loops finish their current tick and return. Second signal
-    (another one, or the same one over REPEAT_WINDOW_S later): exit at once with status
-    130 (work in flight is re-driven by claim/lease timeouts; `reminders dev`'s embedded
-    PostgreSQL is then left running, to be reused by the next start).
+    (another one, or the same one over REPEAT_WINDOW_S later): call `on_hard_stop` (if
+    given: `reminders api --workers N` kills its workers there), then exit at once with
+    status 130 (work in flight is re-driven by claim/lease timeouts; `reminders dev`'s
+    embedded PostgreSQL is then left running, to be reused by the next start).
     """
     first: list[tuple[int, float]] = []  # (signal, time.monotonic()) of the first
+
+    def hard_stop() -> None:
+        if on_hard_stop is not None:
+            on_hard_stop()
+        os._exit(130)
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -36,10 +45,10 @@ def install_stop_handlers(stop: threading.Event) -> None:
                 log.debug("%s again within %.1f s: the same request", name, REPEAT_WINDOW_S)
                 return
             log.warning("second %s: stopping now", name)
-            os._exit(130)
+            hard_stop()
         if stop.is_set():  # set by the program itself: a signal now is a hard stop
             log.warning("%s while stopping: stopping now", name)
-            os._exit(130)
+            hard_stop()
         first.append((signum, time.monotonic()))
         log.info("%s received: finishing current work, then stopping", name)
         stop.set()

@@ -14,9 +14,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.e2e.test_dev import Postmaster, free_port, process_alive, stop_embedded_server
@@ -36,11 +40,16 @@ START_TIMEOUT_S = 120.0
 def workdir() -> Iterator[Path]:
     """A directory outside pytest's tmp_path (see tests/e2e/test_dev.py, `running_dev`:
     pgserver, run as root, needs every parent of the data directory open to its user);
-    any embedded server left in it is stopped at teardown."""
+    at teardown, every process working in it is killed and its embedded server stopped."""
     path = Path(tempfile.mkdtemp(prefix="reminders-signals-"))
     try:
         yield path
     finally:
+        # Whatever a test left running in it, orphaned workers included (their cwd).
+        for process in psutil.process_iter(["cwd"]):
+            if (process.info["cwd"] or "").startswith(str(path)):
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
         stop_embedded_server(path / ".reminders" / "pgdata")
         shutil.rmtree(path, ignore_errors=True)
 
@@ -171,3 +180,111 @@ def test_a_state_dir_with_url_characters_in_its_path(workdir: Path, name: str) -
         assert left_running(state / "pgdata") is None
     finally:
         stop_embedded_server(state / "pgdata")
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (proc(5): SigCgt, a hex mask)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def test_a_signal_while_dev_loads_its_modules_is_a_stop_during_startup(workdir: Path) -> None:
+    # Trial helper-55: the first second or two of `reminders dev` (imports, before its
+    # handlers) ended with status 143 and nothing said. The CLI installs them before it
+    # imports the rest: SIGTERM as soon as it is caught (proc(5) SigCgt).
+    proc, log_path = start(workdir, "dev", "--port", str(free_port()))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not catches(proc.pid, signal.SIGTERM):
+        assert proc.poll() is None, log_path.read_text(errors="replace")
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGTERM)
+
+    code, output = finished(proc, log_path)
+
+    assert code == 0, output
+    assert "stopped during startup" in output, output
+    assert "Traceback" not in output, output
+    assert sorted(os.listdir(workdir)) == ["log"]  # no state written
+
+
+def cmdline(pid: int) -> bytes:
+    """proc(5) cmdline of `pid`, b"" once it has exited."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def supervisor_and_workers(workdir: Path) -> tuple[subprocess.Popen[bytes], Path, int, list[int]]:
+    """`reminders api --workers 2` on the embedded database (made by `migrate`), both
+    workers answering: (its process, its log, the port, the workers' pids)."""
+    migrated(workdir)
+    (workdir / ".reminders" / "jwt_secret").write_text("a-secret-of-at-least-32-bytes-for-hs256\n")
+    port = free_port()
+    proc, log_path = start(workdir, "api", "--workers", "2", "--port", str(port))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        assert proc.poll() is None, log_path.read_text(errors="replace")
+        assert time.monotonic() < deadline, log_path.read_text(errors="replace")
+        workers = [  # not multiprocessing's resource tracker, its other child
+            int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            if b"spawn_main" in cmdline(int(p))
+        ]  # fmt: skip
+        listed = json.loads((workdir / ".reminders" / "pgdata" / ".handle_pids.json").read_text())
+        if len(workers) == 2 and set(workers) <= set(listed):  # both attached
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2.0, trust_env=False)
+                if answer.status_code == 200:
+                    return proc, log_path, port, workers
+            except httpx.TransportError:
+                pass
+        time.sleep(0.2)
+
+
+def test_a_second_signal_stops_the_api_workers_at_once(workdir: Path) -> None:
+    # Trial helper-55: uvicorn's supervisor queued signals and handled none while it
+    # waited for its workers: a second Ctrl-C did nothing (status 0 once a slow request
+    # ended). A request in flight, its body still coming, holds the graceful stop.
+    proc, log_path, port, workers = supervisor_and_workers(workdir)
+    slow = socket.create_connection(("127.0.0.1", port))
+    slow.sendall(b"POST /v1/reminders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    time.sleep(0.3)
+    try:
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(1.0)  # over REPEAT_WINDOW_S
+        assert proc.poll() is None  # waiting for the slow request
+        os.kill(proc.pid, signal.SIGINT)
+        code, output = finished(proc, log_path)
+    finally:
+        slow.close()
+    assert code == 130, output
+    assert "second SIGINT: stopping now" in output, output
+    deadline = time.monotonic() + 10
+    while any(process_alive(w) for w in workers):  # killed with the supervisor
+        assert time.monotonic() < deadline, "a worker outlived its supervisor's hard stop"
+        time.sleep(0.1)
+
+
+def test_workers_whose_supervisor_is_killed_stop_and_stop_the_embedded_server(
+    workdir: Path,
+) -> None:
+    # Trial helper-55: after `kill -9` of the supervisor its workers kept serving the
+    # port, and once stopped left the embedded PostgreSQL running (every user listed,
+    # none alive). They now get SIGTERM when it dies (prctl PR_SET_PDEATHSIG) and release
+    # the server at their app's shutdown.
+    proc, _, port, workers = supervisor_and_workers(workdir)
+    pgdata = workdir / ".reminders" / "pgdata"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while any(process_alive(w) for w in workers) or left_running(pgdata) is not None:
+        assert time.monotonic() < deadline, (
+            f"workers alive: {[w for w in workers if process_alive(w)]},"
+            f" server: {left_running(pgdata)}"
+        )
+        time.sleep(0.2)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2.0, trust_env=False)

@@ -110,3 +110,20 @@ def test_pgserver_commands_run_in_their_own_session_with_pg_ctls_own_wait() -> N
         {"args": ["-w", "stop"], "pgdata": Path("/d"), "start_new_session": True},
     ]  # fmt: skip
     assert PG_CTL_TIMEOUT_S == 60.0
+
+
+def test_a_state_dir_with_a_name_longer_than_the_filesystem_allows_is_refused(
+    tmp_path: Path,
+) -> None:
+    # Trial helper-55: ENAMETOOLONG ended `reminders dev`, `migrate` and the workloads
+    # in a traceback (status 1). NAME_MAX is 255 bytes on Linux filesystems (pathconf).
+    name = "N" * (os.pathconf(tmp_path, "PC_NAME_MAX") + 1)
+    state = tmp_path / "odd" / name
+
+    with pytest.raises(ConfigurationError, match="over the filesystem's"):
+        embedded_database_url(state)
+    done = reminders_dev(tmp_path, STATE_DIR=str(state))
+
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert os.listdir(tmp_path) == []
