@@ -1,6 +1,10 @@
 """`python -m reminder_api`: `reminders api` (the same options, --help and exit status)."""
 
-from reminder_api.command import api
-from reminder_core.worker.command import run_command
+from reminder_core.worker.signals import hold_early_stop_signals
+
+hold_early_stop_signals()  # before the slow imports: a signal then stops it cleanly
+
+from reminder_api.command import api  # noqa: E402
+from reminder_core.worker.command import run_command  # noqa: E402
 
 run_command(api, prog_name="python -m reminder_api")

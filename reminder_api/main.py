@@ -14,7 +14,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import uvicorn
@@ -74,6 +74,8 @@ def main(
     # open) and while uvicorn serves (StopEventServer: a second signal is a hard stop).
     stop = threading.Event()
     install_stop_handlers(stop)
+    if stopped_while_opening(stop):  # a signal held since the first line
+        return 0
     with configuration_errors():
         rt = open_runtime(
             settings,
@@ -119,6 +121,8 @@ def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: in
     # installs its own when it runs.
     stop = threading.Event()
     install_stop_handlers(stop)
+    if stopped_while_opening(stop):  # a signal held since the first line
+        return 0
     with configuration_errors():
         rt = open_runtime(
             settings,
@@ -139,18 +143,30 @@ def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: in
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         made = tempfile.mkdtemp(prefix="reminders-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
-    try:
-        return _run_workers(settings, host=host, port=port, workers=workers, stop=stop)
-    finally:
+
+    def remove_made() -> None:
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
 
+    try:
+        return _run_workers(
+            settings, host=host, port=port, workers=workers, stop=stop, at_hard_stop=remove_made
+        )
+    finally:
+        remove_made()
+
 
 def _run_workers(
-    settings: Settings, *, host: str, port: int, workers: int, stop: threading.Event
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    stop: threading.Event,
+    at_hard_stop: Callable[[], None] | None = None,
 ) -> int:
     """uvicorn's supervisor over `workers` processes on one socket, until `stop` is set
-    (`Supervisor`)."""
+    (`Supervisor`; `at_hard_stop` runs after a hard stop killed the workers)."""
     config = _config(
         "reminder_api.main:worker_app",
         settings,
@@ -161,7 +177,7 @@ def _run_workers(
     )
     sock = config.bind_socket()  # exits with status 1 when the port is taken
     try:
-        Supervisor(config, [sock], stop).run()
+        Supervisor(config, [sock], stop, at_hard_stop=at_hard_stop).run()
     finally:
         sock.close()
     return 0
@@ -175,13 +191,22 @@ class Supervisor(Multiprocess):
     status 130 at once. uvicorn's own handlers queued every signal and handled none while
     it waited for the workers, so a second Ctrl-C did nothing (trial helper-55). SIGHUP,
     SIGTTIN and SIGTTOU keep uvicorn's meaning (restart, one worker more, one fewer).
+    `at_hard_stop` runs after the workers are killed, before the exit (the exit skips
+    `finally` blocks: the metrics directory made for the workers is removed there; trial
+    helper-56 found one left in $TMPDIR after every hard stop).
     """
 
     def __init__(
-        self, config: uvicorn.Config, sockets: list[socket.socket], stop: threading.Event
+        self,
+        config: uvicorn.Config,
+        sockets: list[socket.socket],
+        stop: threading.Event,
+        *,
+        at_hard_stop: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(config, sockets)  # installs uvicorn's handlers for its signals
         self.should_exit = stop
+        self._at_hard_stop = at_hard_stop
         install_stop_handlers(stop, on_hard_stop=self._kill_workers)
 
     def _kill_workers(self) -> None:
@@ -189,6 +214,8 @@ class Supervisor(Multiprocess):
             if process.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(process.pid, signal.SIGKILL)
+        if self._at_hard_stop is not None:
+            self._at_hard_stop()
 
 
 def worker_app() -> FastAPI:

@@ -25,12 +25,20 @@ def unusable_directory(directory: Path) -> str | None:
     return None
 
 
-def overlong_name(directory: Path) -> str | None:
+#: Bytes of the longest relative path written beneath a directory the operator names,
+#: with a margin: `pgdata/pg_wal/archive_status/<24 hex digits>.ready` under STATE_DIR is
+#: 59 (PostgreSQL's data directory layout), `mail/<idempotency key>.eml` 62.
+WRITTEN_BENEATH_MAX = 80
+
+
+def overlong_name(directory: Path, *, beneath: int = WRITTEN_BENEATH_MAX) -> str | None:
     """Why `directory` is a path the system cannot use at all (ENAMETOOLONG, which no
     mkdir or open reports clearly: a traceback, trial helper-55): a name on it longer than
     the filesystem allows (pathconf(3) NAME_MAX of the deepest existing directory,
-    typically 255 bytes), or the whole path longer than PATH_MAX (4096 on Linux); None
-    otherwise."""
+    typically 255 bytes), or its absolute path, with `beneath` bytes of the paths written
+    under it, longer than PATH_MAX (4096 on Linux: a path just under it failed later, in
+    initdb, trial helper-56); None otherwise."""
+    directory = directory.absolute()
     existing = next((p for p in (directory, *directory.parents) if os.path.isdir(p)), None)
     name_max, path_max = 255, 4096
     if existing is not None:
@@ -44,8 +52,12 @@ def overlong_name(directory: Path) -> str | None:
                 f"the name {shown!r} on {directory} is {len(os.fsencode(name))} bytes long,"
                 f" over the filesystem's {name_max}"
             )
-    if len(os.fsencode(str(directory))) >= path_max:
-        return f"the path {str(directory)[:60]}... is longer than the system's {path_max} bytes"
+    length = len(os.fsencode(str(directory)))
+    if length + beneath >= path_max:
+        return (
+            f"the path {str(directory)[:60]}... is {length} bytes long: with the {beneath}"
+            f" bytes of the paths written under it, over the system's {path_max}"
+        )
     return None
 
 

@@ -233,6 +233,8 @@ def run_workload(
     configure_logging(settings.log_level, settings.log_format)
     stop = threading.Event()
     install_stop_handlers(stop)  # before the database opens: see `stopped_while_opening`
+    if stopped_while_opening(stop):  # a signal held since the first line
+        return 0
     with configuration_errors():
         rt = open_runtime(
             settings, application_name=application_name, check_queue=True, worker=True

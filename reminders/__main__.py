@@ -1,5 +1,5 @@
 """`python -m reminders`: the same as the `reminders` command."""
 
-from reminders.cli import main
+from reminders.entry import main
 
 main(prog_name="python -m reminders")

@@ -1,6 +1,10 @@
 """`python -m sender`: `reminders sender` (the same options, --help and exit status)."""
 
-from reminder_core.worker.command import run_command
-from sender.command import sender
+from reminder_core.worker.signals import hold_early_stop_signals
+
+hold_early_stop_signals()  # before the slow imports: a signal then stops it cleanly
+
+from reminder_core.worker.command import run_command  # noqa: E402
+from sender.command import sender  # noqa: E402
 
 run_command(sender, prog_name="python -m sender")

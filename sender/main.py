@@ -101,6 +101,8 @@ def main(settings: Settings | None = None) -> int:
     configure_logging(settings.log_level, settings.log_format)
     stop = threading.Event()
     install_stop_handlers(stop)  # before the database opens (`stopped_while_opening`)
+    if stopped_while_opening(stop):  # a signal held since the first line
+        return 0
     with configuration_errors():
         rt = open_runtime(
             settings, application_name="reminders-sender", check_queue=True, worker=True

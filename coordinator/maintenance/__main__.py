@@ -1,7 +1,11 @@
 """`python -m coordinator.maintenance`: `reminders maintenance` (the same options, --help
 and exit status)."""
 
-from coordinator.maintenance.command import maintenance
-from reminder_core.worker.command import run_command
+from reminder_core.worker.signals import hold_early_stop_signals
+
+hold_early_stop_signals()  # before the slow imports: a signal then stops it cleanly
+
+from coordinator.maintenance.command import maintenance  # noqa: E402
+from reminder_core.worker.command import run_command  # noqa: E402
 
 run_command(maintenance, prog_name="python -m coordinator.maintenance")

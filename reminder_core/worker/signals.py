@@ -18,6 +18,37 @@ log = logging.getLogger(__name__)
 #: src/timeout.c, `cleanup`); a terminal's Ctrl-C reaches each process of its group once.
 REPEAT_WINDOW_S = 0.5
 
+#: The stop signal `hold_early_stop_signals` held before the process's own handlers were
+#: installed: (signal, time.monotonic()), or empty.
+_early: list[tuple[int, float]] = []
+
+
+def hold_early_stop_signals() -> None:
+    """Hold SIGTERM and SIGINT from a workload's first line until `install_stop_handlers`
+    takes them over (call it from the main thread, before the slow imports).
+
+    A workload's command spends its first 0.2-1 s importing typer, SQLAlchemy and its own
+    modules; a signal then ended it with status 143, or a KeyboardInterrupt traceback
+    (trial helper-56). A signal held here becomes the first stop request of the handlers
+    that `install_stop_handlers` installs next: the command stops as it would during
+    startup (status 0). A second request while held (another signal, or the same one
+    over REPEAT_WINDOW_S later) exits at once with status 130: nothing has started yet.
+    A signal in the interpreter's own start, before this runs (some 20-40 ms), keeps
+    its default action.
+    """
+
+    def held(signum: int, _frame: FrameType | None) -> None:
+        if _early:
+            was, at = _early[0]
+            if was == signum and time.monotonic() - at < REPEAT_WINDOW_S:
+                return
+            os._exit(130)
+        _early.append((signum, time.monotonic()))
+
+    _early.clear()
+    signal.signal(signal.SIGINT, held)  # first: a process seen to catch SIGTERM holds both
+    signal.signal(signal.SIGTERM, held)
+
 
 def install_stop_handlers(
     stop: threading.Event, *, on_hard_stop: Callable[[], None] | None = None
@@ -29,6 +60,8 @@ def install_stop_handlers(
     given: `reminders api --workers N` kills its workers there), then exit at once with
     status 130 (work in flight is re-driven by claim/lease timeouts; `reminders dev`'s
     embedded PostgreSQL is then left running, to be reused by the next start).
+    A signal held by `hold_early_stop_signals` is the first request: `stop` is set at
+    once.
     """
     first: list[tuple[int, float]] = []  # (signal, time.monotonic()) of the first
 
@@ -55,3 +88,10 @@ def install_stop_handlers(
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    if _early:  # held since the process's first line (hold_early_stop_signals)
+        signum, at = _early.pop(0)
+        _early.clear()
+        if not stop.is_set():
+            first.append((signum, at))
+            log.info("%s received during startup: stopping", signal.Signals(signum).name)
+            stop.set()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -69,13 +70,15 @@ def migrated(workdir: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def start(workdir: Path, *arguments: str) -> tuple[subprocess.Popen[bytes], Path]:
+def start(
+    workdir: Path, *arguments: str, python_options: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], Path]:
     """`reminders <arguments>` in `workdir`, in a process group of its own (as a shell
     starts a foreground job), its output in `workdir/log`."""
     log_path = workdir / "log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "reminders", *arguments],
+            [sys.executable, *python_options, "-m", "reminders", *arguments],
             cwd=workdir, env=embedded_env(), stdin=subprocess.DEVNULL,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
@@ -182,6 +185,15 @@ def test_a_state_dir_with_url_characters_in_its_path(workdir: Path, name: str) -
         stop_embedded_server(state / "pgdata")
 
 
+def until_caught(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    """Wait until `proc` catches SIGTERM (it then holds SIGINT too)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not catches(proc.pid, signal.SIGTERM):
+        assert proc.poll() is None, log_path.read_text(errors="replace")
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+
+
 def catches(pid: int, signum: int) -> bool:
     """Whether process `pid` has a handler for `signum` (proc(5): SigCgt, a hex mask)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -195,11 +207,7 @@ def test_a_signal_while_dev_loads_its_modules_is_a_stop_during_startup(workdir: 
     # handlers) ended with status 143 and nothing said. The CLI installs them before it
     # imports the rest: SIGTERM as soon as it is caught (proc(5) SigCgt).
     proc, log_path = start(workdir, "dev", "--port", str(free_port()))
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not catches(proc.pid, signal.SIGTERM):
-        assert proc.poll() is None, log_path.read_text(errors="replace")
-        assert time.monotonic() < deadline
-        time.sleep(0.002)
+    until_caught(proc, log_path)
     os.kill(proc.pid, signal.SIGTERM)
 
     code, output = finished(proc, log_path)
@@ -208,6 +216,64 @@ def test_a_signal_while_dev_loads_its_modules_is_a_stop_during_startup(workdir: 
     assert "stopped during startup" in output, output
     assert "Traceback" not in output, output
     assert sorted(os.listdir(workdir)) == ["log"]  # no state written
+
+
+WORKLOADS = [
+    ("dev", "--port", "8765"),
+    ("api", "--workers", "1"),
+    ("api", "--workers", "2"),
+    ("coordinator",),
+    ("sender",),
+    ("sweeper",),
+    ("maintenance",),
+]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+@pytest.mark.parametrize("arguments", WORKLOADS, ids=[" ".join(w) for w in WORKLOADS])
+def test_a_signal_before_the_cli_is_imported_is_held_for_the_workload(
+    workdir: Path, arguments: tuple[str, ...], signum: signal.Signals
+) -> None:
+    # Trial helper-56: a workload's first 0.2-1 s (typer, the CLI, its own modules) came
+    # before its stop handlers: SIGTERM then ended it with status 143, SIGINT with a
+    # KeyboardInterrupt traceback. The entry point holds them from its first line
+    # (hold_early_stop_signals). `-X importtime` reports each import as it completes: the
+    # signal is sent once the process catches SIGTERM and before typer is imported.
+    proc, log_path = start(workdir, *arguments, python_options=("-X", "importtime"))
+    until_caught(proc, log_path)
+    imported_then = log_path.read_text(errors="replace")
+    os.kill(proc.pid, signum)
+
+    code, output = finished(proc, log_path)
+
+    assert not re.search(r"\|\s+typer$", imported_then, re.MULTILINE), (
+        "SIGTERM was caught only after the CLI's imports"
+    )
+    assert code == 0, output
+    assert "Traceback" not in output, output
+    assert "KeyboardInterrupt" not in output, output
+    assert "stopped during startup" in output or "stopped while starting" in output, output
+    assert sorted(os.listdir(workdir)) == ["log"]  # nothing written, no server started
+
+
+def test_a_second_signal_while_held_exits_at_once(workdir: Path) -> None:
+    # Two requests before the handlers (a TERM, then a Ctrl-C): a hard stop, status 130,
+    # as once the handlers run; nothing has started to wait for.
+    proc, log_path = start(workdir, "coordinator", python_options=("-X", "importtime"))
+    until_caught(proc, log_path)
+    os.kill(proc.pid, signal.SIGTERM)
+    os.kill(proc.pid, signal.SIGINT)
+
+    code, output = finished(proc, log_path)
+
+    assert code == 130, output
+    assert sorted(os.listdir(workdir)) == ["log"]
+
+
+def environ(pid: int) -> dict[str, str]:
+    """proc(5) environ of `pid` (as it started)."""
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode(errors="replace").partition("=")[::2] for p in pairs if p)
 
 
 def cmdline(pid: int) -> bytes:
@@ -249,6 +315,8 @@ def test_a_second_signal_stops_the_api_workers_at_once(workdir: Path) -> None:
     # waited for its workers: a second Ctrl-C did nothing (status 0 once a slow request
     # ended). A request in flight, its body still coming, holds the graceful stop.
     proc, log_path, port, workers = supervisor_and_workers(workdir)
+    metrics_dir = Path(environ(workers[0])["PROMETHEUS_MULTIPROC_DIR"])  # made for them
+    assert metrics_dir.is_dir()
     slow = socket.create_connection(("127.0.0.1", port))
     slow.sendall(b"POST /v1/reminders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
     time.sleep(0.3)
@@ -266,6 +334,9 @@ def test_a_second_signal_stops_the_api_workers_at_once(workdir: Path) -> None:
     while any(process_alive(w) for w in workers):  # killed with the supervisor
         assert time.monotonic() < deadline, "a worker outlived its supervisor's hard stop"
         time.sleep(0.1)
+    # Trial helper-56: the hard stop's exit skipped the removal of the directory made for
+    # the workers' metrics; one was left in $TMPDIR after each.
+    assert not metrics_dir.exists()
 
 
 def test_workers_whose_supervisor_is_killed_stop_and_stop_the_embedded_server(

@@ -127,3 +127,32 @@ def test_a_state_dir_with_a_name_longer_than_the_filesystem_allows_is_refused(
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert os.listdir(tmp_path) == []
+
+
+def path_of_length(base: Path, length: int) -> Path:
+    """A path under `base` whose absolute form is `length` bytes, of names of at most 200."""
+    path, left = base, length - len(os.fsencode(str(base)))
+    while left > 0:
+        take = min(200, left - 1)  # a "/" and the name
+        path, left = path / ("d" * take), left - take - 1
+    assert len(os.fsencode(str(path))) == length
+    return path
+
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_a_state_dir_whose_data_directory_would_pass_path_max_is_refused(
+    tmp_path: Path, relative: bool
+) -> None:
+    # Trial helper-56: a STATE_DIR just under PATH_MAX passed the check, and initdb then
+    # failed on the longer paths PostgreSQL writes beneath it (pg_wal/archive_status/...,
+    # 59 bytes with pgdata/); a relative one was measured by its relative length.
+    path_max = os.pathconf(tmp_path, "PC_PATH_MAX")
+    state = path_of_length(tmp_path, path_max - 40)  # the directory alone would fit
+    shown = str(state.relative_to(tmp_path)) if relative else str(state)
+
+    done = reminders_dev(tmp_path, STATE_DIR=shown)
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "paths written under it" in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert os.listdir(tmp_path) == []
