@@ -27,6 +27,7 @@ from reminder_core.cell_directory import CellRouting, open_cell_routing
 from reminder_core.db.embedded import release_embedded_servers
 from reminder_core.errors import configuration_errors
 from reminder_core.gc_policy import apply_gc_policy
+from reminder_core.listening import bind_problem
 from reminder_core.logging import configure_logging
 from reminder_core.runtime import Runtime, open_runtime, stopped_while_opening
 from reminder_core.settings import Settings
@@ -67,6 +68,11 @@ def main(
     """
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
+    # Before the database opens: uvicorn's failure to bind came after it, as one record
+    # among others, and the process exited 3 (trial helper-57).
+    if problem := bind_problem(host, port):
+        log.error("cannot serve on %s:%d: %s", host, port, problem)
+        return 1
     count = workers or settings.api_workers or default_workers()
     if count > 1:
         return _serve_multiprocess(settings, host=host, port=port, workers=count)
@@ -141,7 +147,8 @@ def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: in
     # $TMPDIR at every start); one the operator set is theirs.
     made: str | None = None
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        made = tempfile.mkdtemp(prefix="reminders-metrics-")
+        _remove_orphaned_metrics_dirs()
+        made = tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
 
     def remove_made() -> None:
@@ -154,6 +161,33 @@ def _serve_multiprocess(settings: Settings, *, host: str, port: int, workers: in
         )
     finally:
         remove_made()
+
+
+#: Prefix of the metrics directory a supervisor makes in $TMPDIR, followed by its pid.
+METRICS_DIR_PREFIX = "reminders-metrics-"
+
+
+def _remove_orphaned_metrics_dirs() -> None:
+    """Remove the metrics directories of supervisors no longer running
+    (`<TMPDIR>/reminders-metrics-<pid>-*` whose pid is gone): a supervisor killed with
+    SIGKILL cannot remove its own (trial helper-57). Errors are ignored; a directory
+    whose pid was reused by another process is kept until that one ends."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(tempfile.gettempdir()):
+            pid_text = entry.name.removeprefix(METRICS_DIR_PREFIX).partition("-")[0]
+            if entry.name.startswith(METRICS_DIR_PREFIX) and pid_text.isdigit():
+                if not _running(int(pid_text)) and entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _run_workers(

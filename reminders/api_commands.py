@@ -50,7 +50,24 @@ ApiUrl = Annotated[
 JsonOut = Annotated[
     bool, typer.Option("--json", help="Print the API's JSON (for scripts) instead of text.")
 ]
-ReminderId = Annotated[str, typer.Argument(help="The reminder's id (`reminders list`).")]
+
+
+def _reminder_id(value: str) -> str:
+    """A reminder id as the API gives it (a UUID), in its canonical form; anything else is
+    a usage error (status 2) before any request: an id is put in the request's path, and
+    `../calendar-feed` made `cancel` revoke the calendar feed (trial helper-57)."""
+    import uuid  # here: `reminders --help` stays fast
+
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a reminder id (a UUID)") from None
+
+
+ReminderId = Annotated[
+    str,
+    typer.Argument(help="The reminder's id (`reminders list`).", callback=_reminder_id),
+]
 IfVersion = Annotated[
     int | None,
     typer.Option(
@@ -159,10 +176,20 @@ def api(api_url: str | None, token: str | None = None) -> Iterator[ReminderClien
             EXIT_USAGE,
         )
     url = api_url or saved.get("api_url") or DEFAULT_API_URL
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:  # `http://[::1` and a port that is no number raise (trial helper-57: a traceback)
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 (its check: ValueError)
+    except ValueError:
+        usable = False
+    if not usable:
         raise fail(f"--api-url {url!r} is not an http(s) URL, e.g. {DEFAULT_API_URL}", EXIT_USAGE)
-    client = ReminderClient(url, token.strip())
+    import httpx
+
+    try:
+        client = ReminderClient(url, token.strip())
+    except (ValueError, httpx.InvalidURL) as exc:  # httpx's own checks of the URL
+        raise fail(f"--api-url {url!r} cannot be used: {exc}", EXIT_USAGE) from None
     try:
         yield client
     except ApiError as exc:

@@ -257,6 +257,22 @@ R = TypeVar("R", bound=Record)
 # --------------------------------------------------------------------------- client
 
 
+def _id(reminder_id: uuid.UUID | str) -> str:
+    """`reminder_id` as a path segment: a UUID, in its canonical form.
+
+    Raises:
+        ValueError: not a UUID. It goes into the request's path, so `../calendar-feed`
+            reached another endpoint (trial helper-57: `cancel` revoked the calendar
+            feed).
+    """
+    if isinstance(reminder_id, uuid.UUID):
+        return str(reminder_id)
+    try:
+        return str(uuid.UUID(reminder_id))
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{reminder_id!r} is not a reminder id (a UUID)") from None
+
+
 class ReminderClient:
     """The reminders of the user a bearer token speaks for, over HTTP.
 
@@ -413,7 +429,7 @@ class ReminderClient:
         Raises:
             ApiError: 404 no such reminder (another user's too); 422 not a UUID.
         """
-        return self._record(self._send("GET", f"/v1/reminders/{reminder_id}"), Reminder)
+        return self._record(self._send("GET", f"/v1/reminders/{_id(reminder_id)}"), Reminder)
 
     def update(
         self,
@@ -463,7 +479,7 @@ class ReminderClient:
         }
         response = self._send(
             "PATCH",
-            f"/v1/reminders/{reminder_id}",
+            f"/v1/reminders/{_id(reminder_id)}",
             json=given,
             headers=self._if_match(if_match),
         )
@@ -493,7 +509,7 @@ class ReminderClient:
             ApiError: 409 a finished reminder; 412 stale `if_match`; 404.
         """
         response = self._send(
-            "DELETE", f"/v1/reminders/{reminder_id}", headers=self._if_match(if_match)
+            "DELETE", f"/v1/reminders/{_id(reminder_id)}", headers=self._if_match(if_match)
         )
         return self._record(response, Reminder)
 
@@ -501,7 +517,7 @@ class ReminderClient:
         self, reminder_id: uuid.UUID | str, action: str, if_match: int | None
     ) -> Reminder:
         response = self._send(
-            "POST", f"/v1/reminders/{reminder_id}/{action}", headers=self._if_match(if_match)
+            "POST", f"/v1/reminders/{_id(reminder_id)}/{action}", headers=self._if_match(if_match)
         )
         return self._record(response, Reminder)
 
@@ -515,7 +531,7 @@ class ReminderClient:
             ApiError: 404; 422 a bad limit.
         """
         response = self._send(
-            "GET", f"/v1/reminders/{reminder_id}/occurrences", params={"limit": limit}
+            "GET", f"/v1/reminders/{_id(reminder_id)}/occurrences", params={"limit": limit}
         )
         return self._record(response, OccurrenceList)
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import socket
 import threading
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from reminder_core.db.embedded import embedded_path_problem
 from reminder_core.db.session import make_engine
 from reminder_core.errors import configuration_errors
 from reminder_core.gc_policy import apply_gc_policy
+from reminder_core.listening import bind_problem
 from reminder_core.logging import configure_logging
 from reminder_core.metrics_server import serve_worker_metrics
 from reminder_core.paths import unusable_directory
@@ -50,24 +49,6 @@ def local_zone_name() -> str:
         return "UTC"
     marker = "zoneinfo/"
     return target.split(marker, 1)[1] if marker in target else "UTC"
-
-
-def bind_problem(host: str, port: int) -> str | None:
-    """Why `host:port` cannot be bound now, None when it can (checked before the banner
-    is printed): "already in use" for EADDRINUSE, else the system's reason (an address
-    this machine does not have, EADDRNOTAVAIL; a host name that does not resolve)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except socket.gaierror as exc:
-            return f"cannot listen there: {host!r} does not resolve ({exc.strerror})"
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return "already in use (another `reminders dev`?); try --port"
-            return f"cannot listen there: {exc.strerror or exc}"
-    return None
 
 
 def banner(base_url: str, token: str, mail_dir: Path, zone: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import signal
@@ -46,8 +47,31 @@ def hold_early_stop_signals() -> None:
         _early.append((signum, time.monotonic()))
 
     _early.clear()
+    _guard_finalization()
     signal.signal(signal.SIGINT, held)  # first: a process seen to catch SIGTERM holds both
     signal.signal(signal.SIGTERM, held)
+
+
+_finalizing_guard: list[bool] = []
+
+
+def _ignore_stop_signals() -> None:
+    """The last exit hook: SIGTERM and SIGINT ignored while the interpreter finalizes."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _guard_finalization() -> None:
+    """Register `_ignore_stop_signals` once, before any later exit hook (atexit runs
+    them last registered first, so it runs after pgserver's server stop and logging's
+    flush). The interpreter's finalization, which follows the exit hooks and can take
+    half a second on a loaded machine, first puts every signal with a Python handler
+    back to its default action (CPython `_PySignal_Fini`), but leaves an ignored one
+    ignored: a second signal then ended a process that had stopped cleanly with status
+    143 (trial helper-57). Ignored, the process ends with its own status."""
+    if not _finalizing_guard:
+        _finalizing_guard.append(True)
+        atexit.register(_ignore_stop_signals)
 
 
 def install_stop_handlers(
@@ -86,6 +110,7 @@ def install_stop_handlers(
         log.info("%s received: finishing current work, then stopping", name)
         stop.set()
 
+    _guard_finalization()
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     if _early:  # held since the process's first line (hold_early_stop_signals)

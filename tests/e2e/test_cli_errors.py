@@ -197,6 +197,13 @@ def test_a_database_never_migrated_is_one_line_and_exit_2(
         ),
         # Trial helper-53: an empty PATCH, exit 0, nothing said.
         (["edit", "0b6f3a52-4c1e-4e8a-9a57-2f4ad1d2c8e1"], "nothing to change"),
+        # Trial helper-57: an --api-url urlsplit or httpx refuses gave a traceback (exit 1).
+        (["list", "--api-url", "http://[::1"], "is not an http(s) URL"),
+        (["list", "--api-url", "http://127.0.0.1:abc"], "is not an http(s) URL"),
+        (
+            ["show", "0b6f3a52-4c1e-4e8a-9a57-2f4ad1d2c8e1", "--api-url", "http://[zz]:80"],
+            "is not an http(s) URL",
+        ),
     ],
 )
 def test_client_usage_errors_are_one_line_and_exit_2(
@@ -205,3 +212,46 @@ def test_client_usage_errors_are_one_line_and_exit_2(
     result = run(["reminders", *args], {"REMINDERS_TOKEN": "a.b.c"}, tmp_path)
 
     assert_one_error(result, 2, needle)
+
+
+@pytest.mark.parametrize("command", ["show", "cancel", "pause", "resume", "edit"])
+@pytest.mark.parametrize("reminder_id", ["../calendar-feed", "..", "x/../../v1/me", ""])
+def test_an_id_that_is_not_a_uuid_is_refused_before_any_request(
+    command: str, reminder_id: str, tmp_path: Path
+) -> None:
+    # Trial helper-57: the id went into the request's path as it was, and `reminders
+    # cancel ../calendar-feed` sent DELETE /v1/calendar-feed: the feed was revoked (204).
+    # An API URL where nothing listens: any request would exit 3, not 2.
+    extra = ["--title", "x"] if command == "edit" else []
+    result = run(
+        ["reminders", command, reminder_id, *extra,
+         "--api-url", f"http://127.0.0.1:{free_port()}"],
+        {"REMINDERS_TOKEN": "a.b.c"}, tmp_path,
+    )  # fmt: skip
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    shown = " ".join(result.stderr.replace("│", " ").split())  # rich's box, wrapped
+    assert "is not a reminder id (a UUID)" in shown, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_api_on_a_port_in_use_says_so_and_exits_1(workers: str, tmp_path: Path) -> None:
+    # Trial helper-57: uvicorn's bind failure came after the database opened, as one log
+    # record, and the process exited 3 (5 of 5). Now asked before anything opens.
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run(
+            ["reminders", "api", "--workers", workers, "--port", str(port)],
+            {**JWT, "LOG_FORMAT": "console"}, tmp_path,
+        )  # fmt: skip
+
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert f"cannot serve on 127.0.0.1:{port}: already in use" in output, output
+    assert "Traceback" not in output, output
+    assert not (tmp_path / ".reminders").exists()  # nothing opened
