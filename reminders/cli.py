@@ -435,10 +435,26 @@ def status(
     raise typer.Exit(report.exit_code)
 
 
+#: `reminders migrate` stopped by a signal before every database was migrated (128 +
+#: SIGTERM, the status the signal's default action gives).
+EXIT_STOPPED = 143
+
+
 @app.command()
 def migrate() -> None:
     """Apply database migrations (Alembic) and exit: every cell's database with CELLS
     (and the directory's, when DIRECTORY_DATABASE_URL is another), one after another."""
+    import threading
+
+    from reminder_core.worker.signals import install_stop_handlers
+
+    # First (a signal held since the entry point's first line is taken over): a SIGTERM
+    # while the embedded PostgreSQL started killed the process past pgserver's exit hook
+    # and left the server running (trial helper-57). A stop lets the start or the
+    # migration under way finish, then exits with EXIT_STOPPED; a second one is a hard
+    # stop (130: PostgreSQL rolls the migration's transaction back).
+    stop = threading.Event()
+    install_stop_handlers(stop)
     from reminder_core.cells import cells_of, directory_url
     from reminder_core.db.embedded import resolve_database_url
     from reminder_core.db.migrate import upgrade
@@ -446,6 +462,12 @@ def migrate() -> None:
     from reminder_core.logging import configure_logging
     from reminder_core.settings import Settings
 
+    def stopped() -> None:
+        if stop.is_set():
+            typer.echo("stopped by a signal: not every database was migrated", err=True)
+            raise typer.Exit(EXIT_STOPPED)
+
+    stopped()
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
     with configuration_errors():
@@ -453,8 +475,12 @@ def migrate() -> None:
         urls = [c.database_url for c in cells]
         if settings.cells and directory_url(settings) not in urls:
             urls.append(directory_url(settings))
-        resolved = [resolve_database_url(u, settings.state_dir) for u in urls]
+        resolved = []
+        for u in urls:
+            stopped()
+            resolved.append(resolve_database_url(u, settings.state_dir))
     for url in resolved:
+        stopped()
         upgrade(url)
     typer.echo("database is at the newest migration")
 

@@ -291,6 +291,49 @@ def test_signals_while_the_interpreter_finalizes_do_not_kill_a_clean_stop(workdi
     assert "Traceback" not in output, output
 
 
+def test_migrate_stopped_by_sigterm_stops_the_embedded_server_it_started(workdir: Path) -> None:
+    # Trial helper-57: `reminders migrate` had no handler, so SIGTERM killed it past
+    # pgserver's exit hook and left the embedded server running (2 of 4). It now runs
+    # under the stop handlers: the start finishes, then it stops (143, nothing migrated).
+    migrated(workdir)  # made, migrated, and its server stopped again
+    pgdata = workdir / ".reminders" / "pgdata"
+    proc, log_path = start(workdir, "migrate")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while left_running(pgdata) is None and proc.poll() is None:  # this start's server
+        assert time.monotonic() < deadline, log_path.read_text(errors="replace")
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGTERM)
+
+    code, output = finished(proc, log_path)
+
+    assert code in (0, 143), output  # 0: it had finished already
+    assert "Traceback" not in output, output
+    if code == 143:
+        assert "stopped by a signal: not every database was migrated" in output, output
+    deadline = time.monotonic() + 30
+    while left_running(pgdata) is not None:
+        assert time.monotonic() < deadline, f"server left running:\n{output}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("command", [("status",), ("token", "--user", "u1")])
+def test_a_ctrl_c_while_a_one_shot_command_loads_is_one_line(
+    workdir: Path, command: tuple[str, ...]
+) -> None:
+    # Trial helper-57: a Ctrl-C in the first 100-400 ms of `migrate`, `status`, `list`
+    # (imports) printed a KeyboardInterrupt traceback.
+    proc, log_path = start(workdir, *command)
+    until_caught(proc, log_path)  # the entry point has run
+    os.kill(proc.pid, signal.SIGINT)
+
+    code, output = finished(proc, log_path)
+
+    assert code in (130, 2), output  # 2: it had ended already (no database, no JWT key)
+    assert "Traceback" not in output, output
+    if code == 130:
+        assert output.strip().splitlines()[-1] == "interrupted", output
+
+
 def environ(pid: int) -> dict[str, str]:
     """proc(5) environ of `pid` (as it started)."""
     pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
