@@ -165,7 +165,13 @@ def api(api_url: str | None, token: str | None = None) -> Iterator[ReminderClien
         typer.Exit: EXIT_USAGE no token; EXIT_REFUSED an ApiError (or an unexpected body);
             EXIT_UNREACHABLE no answer.
     """
-    from reminders.client import ApiError, ApiUnreachable, ClientError, ReminderClient
+    from reminders.client import (
+        ApiError,
+        ApiUnreachable,
+        ClientError,
+        InvalidApiUrl,
+        ReminderClient,
+    )
 
     saved = _saved()
     token = token or os.environ.get(TOKEN_ENV) or saved.get("token")
@@ -187,8 +193,9 @@ def api(api_url: str | None, token: str | None = None) -> Iterator[ReminderClien
     import httpx
 
     try:
+        parts.hostname.encode("idna")  # type: ignore[union-attr]  # an empty or long label
         client = ReminderClient(url, token.strip())
-    except (ValueError, httpx.InvalidURL) as exc:  # httpx's own checks of the URL
+    except (ValueError, httpx.InvalidURL) as exc:  # httpx's checks; UnicodeError is a ValueError
         raise fail(f"--api-url {url!r} cannot be used: {exc}", EXIT_USAGE) from None
     try:
         yield client
@@ -204,6 +211,8 @@ def api(api_url: str | None, token: str | None = None) -> Iterator[ReminderClien
         raise typer.Exit(EXIT_REFUSED) from None
     except ApiUnreachable as exc:
         raise fail(str(exc), EXIT_UNREACHABLE) from None
+    except InvalidApiUrl as exc:
+        raise fail(str(exc), EXIT_USAGE) from None
     except ClientError as exc:
         raise fail(str(exc), EXIT_REFUSED) from None
     finally:
@@ -514,7 +523,11 @@ cancel = _transition(
 
 def preview(
     reminder_id: Annotated[
-        str | None, typer.Argument(help="A saved reminder; omitted: the schedule of --at ...")
+        str | None,
+        typer.Argument(
+            help="A saved reminder; omitted: the schedule of --at ...",
+            callback=lambda value: None if value is None else _reminder_id(value),
+        ),
     ] = None,
     start: Annotated[str | None, typer.Option("--at", help=START_HELP)] = None,
     timezone: TimeZone = None,

@@ -111,6 +111,11 @@ class ApiUnreachable(ClientError):
     runs and that the URL is right, or try again later."""
 
 
+class InvalidApiUrl(ClientError, ValueError):
+    """The API's URL cannot be used for a request (a host name IDNA refuses, such as
+    `xn--zz`: trial helper-58's traceback)."""
+
+
 class UnexpectedResponse(ClientError):
     """A success status whose body is not the JSON docs/api.md documents (a wrong URL
     pointing at another service, or a client older than the API)."""
@@ -332,6 +337,8 @@ class ReminderClient:
             raise ApiUnreachable(f"no answer from {self.base_url} in time: {exc}") from exc
         except httpx.TransportError as exc:
             raise ApiUnreachable(f"cannot reach the API at {self.base_url}: {exc}") from exc
+        except UnicodeError as exc:  # the host name, encoded for the request (idna)
+            raise InvalidApiUrl(f"the API URL {self.base_url} cannot be used: {exc}") from exc
         if response.status_code >= 400:
             raise ApiError.from_response(response)
         return response

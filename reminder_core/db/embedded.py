@@ -230,18 +230,42 @@ def _forget_dead_handles(pgdata: Path) -> None:
     pgserver stops the embedded server when the last process in `.handle_pids.json`
     exits; a process that died without its exit hook (kill -9, a second Ctrl-C) stays
     listed for ever, so no later process would ever stop the server again.
+
+    An unreadable list (pgserver rewrites it in place, truncating first: a worker
+    interrupted there by a Ctrl-C storm left it empty, and every later start failed with
+    "Expecting value", trial helper-58) is replaced by an empty one, with a warning: the
+    server's other users, if any, are then no longer counted, and it stops with this
+    process (they reconnect once it runs again) instead of never starting again.
+    Our own writes replace the file whole (a rename).
     """
     handles = pgdata / ".handle_pids.json"
     try:
-        pids = json.loads(handles.read_text())
-    except (OSError, ValueError):
+        text = handles.read_text()
+    except OSError:
+        return
+    try:
+        pids = json.loads(text)
+    except ValueError:
+        log.warning(
+            "the list of the embedded PostgreSQL's users (%s) is unreadable (an interrupted"
+            " write); starting it afresh: processes still using the server are no longer"
+            " counted", handles,
+        )  # fmt: skip
+        _replace(handles, [])
         return
     if not isinstance(pids, list):
         return
     alive = [pid for pid in pids if isinstance(pid, int) and _alive(pid)]
     if alive != pids:
         log.info("forgetting %d dead user(s) of the embedded PostgreSQL", len(pids) - len(alive))
-        handles.write_text(json.dumps(alive))
+        _replace(handles, alive)
+
+
+def _replace(path: Path, value: object) -> None:
+    """Write `value` as JSON to `path` by a rename: a reader sees the old or the new."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(value))
+    os.replace(temporary, path)
 
 
 def _forget_dead_handles_at_exit(module: object, pgdata: Path) -> None:

@@ -200,6 +200,9 @@ def test_a_database_never_migrated_is_one_line_and_exit_2(
         # Trial helper-57: an --api-url urlsplit or httpx refuses gave a traceback (exit 1).
         (["list", "--api-url", "http://[::1"], "is not an http(s) URL"),
         (["list", "--api-url", "http://127.0.0.1:abc"], "is not an http(s) URL"),
+        # Trial helper-58: host names IDNA refuses, at construction or at the request.
+        (["list", "--api-url", "http://a..b"], "cannot be used"),
+        (["list", "--api-url", "http://xn--zz/"], "cannot be used: Invalid A-label"),
         (
             ["show", "0b6f3a52-4c1e-4e8a-9a57-2f4ad1d2c8e1", "--api-url", "http://[zz]:80"],
             "is not an http(s) URL",
@@ -214,7 +217,7 @@ def test_client_usage_errors_are_one_line_and_exit_2(
     assert_one_error(result, 2, needle)
 
 
-@pytest.mark.parametrize("command", ["show", "cancel", "pause", "resume", "edit"])
+@pytest.mark.parametrize("command", ["show", "cancel", "pause", "resume", "edit", "preview"])
 @pytest.mark.parametrize("reminder_id", ["../calendar-feed", "..", "x/../../v1/me", ""])
 def test_an_id_that_is_not_a_uuid_is_refused_before_any_request(
     command: str, reminder_id: str, tmp_path: Path

@@ -156,3 +156,35 @@ def test_a_state_dir_whose_data_directory_would_pass_path_max_is_refused(
     assert "paths written under it" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("content", ["", "[12, 3", "\0\0"])
+def test_an_unreadable_list_of_the_servers_users_is_started_afresh(
+    tmp_path: Path, content: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Trial helper-58: a worker interrupted by a Ctrl-C storm while pgserver rewrote
+    # .handle_pids.json (it truncates first) left it empty; every later start of every
+    # workload then failed with "Expecting value" (exit 2), for ever.
+    from reminder_core.db.embedded import _forget_dead_handles
+
+    handles = tmp_path / ".handle_pids.json"
+    handles.write_text(content)
+
+    _forget_dead_handles(tmp_path)
+
+    assert handles.read_text() == "[]"
+    assert "is unreadable" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".handle_pids.json"]
+
+
+def test_dead_users_are_forgotten_and_live_ones_kept(tmp_path: Path) -> None:
+    from reminder_core.db.embedded import _forget_dead_handles
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    handles = tmp_path / ".handle_pids.json"
+    handles.write_text(f"[{os.getpid()}, {int(gone.stdout)}]")
+
+    _forget_dead_handles(tmp_path)
+
+    assert handles.read_text() == f"[{os.getpid()}]"
