@@ -137,12 +137,15 @@ def sender_process(
     stop: Event,
     log_level: str | None = None,
     flush_interval_s: float = DEFAULTS.sender_flush_interval_s,
-    stats: Queue[FlushStats] | None = None,
+    stats: Queue[tuple[FlushStats, int, int]] | None = None,
     sent: Synchronized[int] | None = None,
+    batch_max: int | None = None,
 ) -> None:
-    """One sender until `stop`; adds each tick's `sent` outcomes to `sent` (shared by
-    every sender: the monitor of `run_pipeline` reads it) and puts its completer's
-    figures on `stats` at the end."""
+    """One sender until `stop`, its receives sized as shipped (SENDER_BATCH_TARGET_S,
+    up to `batch_max`) or, with `batch_max` None, fixed at `batch`; adds each tick's `sent`
+    outcomes to `sent` (shared by every sender: the monitor of `run_pipeline` reads it)
+    and puts its completer's figures, its batches and the messages they held on `stats`
+    at the end."""
     if log_level:
         configure_logging(log_level, "json")  # to stderr, as deployed
     if os.environ.get("BENCH_SWITCH_INTERVAL_S"):
@@ -168,6 +171,8 @@ def sender_process(
         flush_interval_s=flush_interval_s,
         flush_max=batch if flush_interval_s >= BATCH_END else DEFAULTS.sender_flush_max,
         leaseless_first_send=leaseless_first_send(),
+        batch_max=batch_max,
+        batch_target_s=DEFAULTS.sender_batch_target_s if batch_max else 0.0,
     )  # fmt: skip
     apply_gc_policy(gc_gen0_threshold())  # as a deployed workload sets up (run_services)
     profile = os.environ.get("BENCH_PROFILE")  # a directory: CPU profile of each sender
@@ -177,8 +182,11 @@ def sender_process(
         yappi.set_clock_type("cpu")
         yappi.start()
     ready.wait()
+    batches = messages = 0
     while not stop.is_set():
         tick = sender.run_once(datetime.now(UTC))
+        if tick.processed:
+            batches, messages = batches + 1, messages + tick.processed
         if sent is not None and tick.counts.get("sent"):
             with sent.get_lock():
                 sent.value += tick.counts["sent"]
@@ -191,7 +199,7 @@ def sender_process(
             yappi.get_func_stats().sort("tsub").print_all(out=f, columns={
                 0: ("name", 90), 1: ("ncall", 10), 2: ("tsub", 8), 3: ("ttot", 8)})  # fmt: skip
     if stats is not None:
-        stats.put(sender.flush_stats())
+        stats.put((sender.flush_stats(), batches, messages))
     sender.close()
     engine.dispose()
 
@@ -209,15 +217,17 @@ def run_pipeline(
     extra_pids: tuple[int, ...] = (),
     log_level: str | None = None,
     flush_interval_s: float = DEFAULTS.sender_flush_interval_s,
+    batch_max: int | None = DEFAULTS.sender_batch_max,
 ) -> Run:
     """Occurrences per second from start until all `n` are `sent`, the CPU time per
     occurrence (microseconds) of each kind of process over that span, and the senders'
-    completer figures."""
+    completer figures. Receives are sized as shipped, `batch` to `batch_max` messages
+    (None: fixed at `batch`)."""
     seed(engine, n)
     ctx = mp.get_context("spawn")
     ready = ctx.Barrier(senders + 2)
     stop = ctx.Event()
-    stats: Queue[FlushStats] = ctx.Queue()
+    stats: Queue[tuple[FlushStats, int, int]] = ctx.Queue()
     sent = ctx.Value("q", 0)
     procs = [ctx.Process(target=coordinator_process, args=(url, n, ready))] + [
         ctx.Process(
@@ -234,6 +244,7 @@ def run_pipeline(
                 flush_interval_s,
                 stats,
                 sent,
+                batch_max,
             ),
         )
         for _ in range(senders)
@@ -257,10 +268,13 @@ def run_pipeline(
         k: cpu_used(cpu_before.get(k, {}), cpu_seconds(v)) / n * 1e6 for k, v in groups.items()
     }
     stop.set()
-    flushes = [stats.get(timeout=60) for _ in range(senders)]
+    figures = [stats.get(timeout=60) for _ in range(senders)]
     for p in procs:
         p.join(30)
-    return Run(n / elapsed, cpu_us, flushes, wal_bytes / n)
+    return Run(
+        n / elapsed, cpu_us, [f for f, _, _ in figures], wal_bytes / n,
+        batches=sum(b for _, b, _ in figures), messages=sum(m for _, _, m in figures),
+    )  # fmt: skip
 
 
 def wait_until_sent(engine: Engine, sent: Synchronized[int], n: int, start: float) -> float:
@@ -287,13 +301,16 @@ def wait_until_sent(engine: Engine, sent: Synchronized[int], n: int, start: floa
 @dataclass(frozen=True)
 class Run:
     """One pipeline run: occurrences/s, CPU µs per occurrence by kind of process, each
-    sender's completer figures, and the WAL PostgreSQL wrote per occurrence (bytes: what
-    the run's row writes cost the database, a figure the machine's speed does not move)."""
+    sender's completer figures, their batches, and the WAL PostgreSQL wrote per
+    occurrence (bytes: what the run's row writes cost the database, a figure the
+    machine's speed does not move)."""
 
     rate: float
     cpu_us: dict[str, float]
     flushes: list[FlushStats]
     wal_bytes: float = 0.0
+    batches: int = 0  # the senders' receives that returned messages
+    messages: int = 0  # the messages those receives returned
 
     def flush_line(self) -> str:
         """Mean flush size, mean interval between flush starts (per sender) and mean
@@ -305,7 +322,8 @@ class Run:
         interval = sum(intervals) / len(intervals) if intervals else 0.0
         return (f"{n:,} flushes, mean {results / n if n else 0:.1f} outcomes each,"
                 f" every {interval * 1e3:.1f} ms per sender; answer -> commit"
-                f" {wait * 1e3:.1f} ms mean")  # fmt: skip
+                f" {wait * 1e3:.1f} ms mean; {self.batches:,} batches, mean"
+                f" {self.messages / self.batches if self.batches else 0:.0f} messages")  # fmt: skip
 
 
 #: The row mutations of an occurrence sent under a lease (SENDER_LEASELESS_FIRST_SEND
@@ -490,6 +508,15 @@ def main() -> None:
         f" (default: the default {DEFAULTS.sender_batch_size}, then 500)",
     )
     parser.add_argument(
+        "--sizing",
+        type=lambda v: v.split(","),
+        default=["adaptive"],
+        help="how receives are sized, one run per value, comma-separated: adaptive (as"
+        f" shipped: SENDER_BATCH_TARGET_S={DEFAULTS.sender_batch_target_s:g} s of work,"
+        f" from --batch up to SENDER_BATCH_MAX={DEFAULTS.sender_batch_max}) and fixed"
+        " (always --batch, as before SENDER_BATCH_MAX); default: adaptive",
+    )
+    parser.add_argument(
         "--concurrency",
         type=int,
         default=DEFAULTS.sender_concurrency,
@@ -558,9 +585,20 @@ def run_all(
     else:
         print(f"{args.pg_limit} whole pipeline (raw SQL, {args.pg_limit_n:,} occurrences)"
               " runs before each in-process run; issue 15: in-process >= 0.5 x it")  # fmt: skip
-    for batch in args.batch:
+    for batch, sizing in [(b, z) for b in args.batch for z in args.sizing]:
         default = " (the default)" if batch == DEFAULTS.sender_batch_size else ""
-        print(f"-- SENDER_BATCH_SIZE={batch}{default}")
+        batch_max: int | None = None
+        suffix = "_fixed"
+        if sizing == "adaptive" and DEFAULTS.sender_batch_max > batch:
+            batch_max, suffix = DEFAULTS.sender_batch_max, ""
+            how = (f", receives sized to {DEFAULTS.sender_batch_target_s:g} s of work up to"
+                   f" SENDER_BATCH_MAX={batch_max} (as shipped)")  # fmt: skip
+        elif sizing == "adaptive":
+            suffix = ""  # nothing to size: SENDER_BATCH_MAX is no larger
+            how = ""
+        else:
+            how = ", receives fixed at it (SENDER_BATCH_TARGET_S=0)"
+        print(f"-- SENDER_BATCH_SIZE={batch}{default}{how}")
         for label, http in (("in-process provider", False), ("fake provider over HTTP", True)):
             if ("http" if http else "in-process") not in args.providers:
                 continue
@@ -568,7 +606,7 @@ def run_all(
                 senders=args.senders, batch=batch, log_level=args.log_level,
                 concurrency=args.concurrency if http else 1,
                 provider_url=fake_url if http else None,
-                extra_pids=(fake.pid,) if http else (),
+                extra_pids=(fake.pid,) if http else (), batch_max=batch_max,
             )  # fmt: skip
             target = "1,500" if http else "5,000"
             runs: dict[str, list[Run]] = {"streaming": [], "batch end": []}
@@ -586,12 +624,12 @@ def run_all(
                 runs[mode].append(run)
                 if mode == "streaming":
                     kind = "http" if http else "in_process"
-                    figures.setdefault(f"{kind}_batch{batch}_per_s", []).append(run.rate)
-                    figures.setdefault(f"{kind}_batch{batch}_cpu_us", []).append(
+                    figures.setdefault(f"{kind}_batch{batch}{suffix}_per_s", []).append(run.rate)
+                    figures.setdefault(f"{kind}_batch{batch}{suffix}_cpu_us", []).append(
                         sum(run.cpu_us.values())
                     )
                     if limit:
-                        figures.setdefault(f"{kind}_batch{batch}_x_pg_limit", []).append(
+                        figures.setdefault(f"{kind}_batch{batch}{suffix}_x_pg_limit", []).append(
                             run.rate / limit
                         )
                 versus = f", {run.rate / limit:.2f} x pg_limit" if limit else ""
@@ -605,7 +643,9 @@ def run_all(
                       f" -> at most {(os.cpu_count() or 1) * 1e6 / total:,.0f}/s on"
                       f" {os.cpu_count()} cores; WAL {run.wal_bytes:,.0f} bytes")  # fmt: skip
                 if mode == "streaming":
-                    figures.setdefault(f"{kind}_batch{batch}_wal_bytes", []).append(run.wal_bytes)
+                    figures.setdefault(f"{kind}_batch{batch}{suffix}_wal_bytes", []).append(
+                        run.wal_bytes
+                    )
             pairs = [
                 s.rate / b.rate for s, b in zip(runs["streaming"], runs["batch end"], strict=True)
             ]

@@ -59,6 +59,12 @@ HEARTBEAT = Gauge(
 
 # --- sender -----------------------------------------------------------------------------
 
+SENDER_RECEIVE_SIZE = Gauge(
+    "reminders_sender_receive_size",
+    "Messages the sender's next receive asks for: SENDER_BATCH_SIZE until it has measured"
+    " its pace, then SENDER_BATCH_TARGET_S of its work at that pace, at most"
+    " SENDER_BATCH_MAX.",
+)
 SENDS = Counter(
     "reminders_sends_total",
     "Occurrences handled by the sender, by provider and outcome (sent, failed, retry,"

@@ -164,7 +164,24 @@ class Settings(BaseSettings):
         ge=1,
         le=1000,
         description="Messages per receive, handled as one set (SQS returns at most 10 per"
-        " call; the SQS backend makes several calls).",
+        " call; the SQS backend makes several calls), until the sender has measured its"
+        " pace; then the fewest a receive asks for (SENDER_BATCH_TARGET_S).",
+    )
+    sender_batch_max: int = Field(
+        default=500,
+        ge=1,
+        le=1000,
+        description="The most messages a receive asks for when SENDER_BATCH_TARGET_S sizes"
+        " it (a value below SENDER_BATCH_SIZE counts as SENDER_BATCH_SIZE).",
+    )
+    sender_batch_target_s: float = Field(
+        default=0.5,
+        ge=0,
+        le=60,
+        description="A receive asks for about this many seconds of the sender's work at"
+        " the pace its last full batches were handled, between SENDER_BATCH_SIZE and"
+        " SENDER_BATCH_MAX: large batches for a fast provider, whose fixed cost per batch"
+        " then weighs little, short ones for a slow one. 0: always SENDER_BATCH_SIZE.",
     )
     sender_concurrency: int = Field(
         default=8, ge=1, le=256, description="Provider calls in flight at once per sender."

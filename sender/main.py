@@ -85,6 +85,8 @@ def build(rt: Runtime, stop: threading.Event | None = None) -> Sender:
         ),
         stop=stop,
         batch_size=s.sender_batch_size,
+        batch_max=s.sender_batch_max,
+        batch_target_s=s.sender_batch_target_s,
         concurrency=s.sender_concurrency,
         flush_interval_s=s.sender_flush_interval_s,
         flush_max=s.sender_flush_max,

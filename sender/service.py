@@ -10,6 +10,7 @@ The Sender runs a pipeline of stages, one module each (docs/design.md, "Sender")
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -61,7 +62,11 @@ class Sender:
         retry: in-process retries of transient provider errors (docs/design.md,
             "Retries and the dead-letter queue").
         stop: set on shutdown: sends not started are handed back, retry waits end.
-        batch_size: messages per receive.
+        batch_size: messages per receive before the sender has measured its pace, and
+            the fewest a receive asks for (sender.receive.Receiver).
+        batch_max: the most messages a receive asks for (None: `batch_size`, fixed).
+        batch_target_s: seconds of work a receive is sized to hold at the measured pace
+            (0: fixed `batch_size`).
         concurrency: provider calls in flight at once (threads); 1 sends one by one.
         clock: current time for instants taken after a send (sent_at); aware UTC.
         recheck_interval_s: seconds after which a send re-reads the batch's reminders
@@ -108,6 +113,8 @@ class Sender:
         links: LinkSigner | None = None,
         webhooks: WebhookChannel | None = None,
         leaseless_first_send: bool = False,
+        batch_max: int | None = None,
+        batch_target_s: float = 0.0,
     ) -> None:
         retry = retry or RetryPolicy()
         # docs/design.md, "First sends without a lease": only where the queue's first
@@ -128,8 +135,9 @@ class Sender:
         self._clock = clock
         self.schedule_config = schedule_config
         self.receiver = Receiver(
-            queue, provider, batch_size=batch_size, visibility_timeout_s=visibility_timeout_s
-        )
+            queue, provider, batch_size=batch_size, visibility_timeout_s=visibility_timeout_s,
+            batch_max=batch_max, batch_target_s=batch_target_s,
+        )  # fmt: skip
         self.begin = Begin(
             engine, profiles, lease_s=lease_s, schedule_config=schedule_config, retry=retry,
             leaseless=self.leaseless_first_send,
@@ -171,15 +179,16 @@ class Sender:
                 visibility timeout (an outcome not recorded is sent again with the same
                 idempotency key once its lease ends).
         """
+        started = time.perf_counter()
         messages = self.receiver.receive(now)
         if messages is None:
             return TickResult(processed=0, more=False, counts={"providers_unavailable": 1})
         counts: dict[str, int] = {}
         for d in self._process(messages, now) if messages else ():
             counts[d.outcome.value] = counts.get(d.outcome.value, 0) + 1
-        return TickResult(
-            processed=len(messages), more=len(messages) >= self.batch_size, counts=counts
-        )
+        full = len(messages) >= self.receiver.requested
+        self.receiver.observe(len(messages), time.perf_counter() - started)
+        return TickResult(processed=len(messages), more=full, counts=counts)
 
     def wait_for_work(self, stop: threading.Event, timeout_s: float) -> None:
         """Wait after a tick that left the queue empty (the worker loop calls it): on the
