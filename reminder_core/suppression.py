@@ -171,19 +171,16 @@ class Refusal:
     paused_reason: str
 
 
-def refusals(
-    conn: Connection, emails: Iterable[str], *, autocommit: bool = False
-) -> dict[str, Refusal]:
-    """{email as given: Refusal} for the profile addresses of a sender batch that are on
-    the suppression list (compared case-folded); one statement for the whole batch (with
-    `autocommit`, outside any transaction: `conn` must have none)."""
-    folded = {e: a for e in set(emails) if (a := _normalized(e))}
-    listed = suppressed_among(conn, folded.values(), autocommit=autocommit)
-    return {
-        email: _refusal(address, listed[address])
-        for email, address in folded.items()
-        if address in listed
-    }
+def listed_form(email: str) -> str | None:
+    """The form `email` (a profile's address) takes on the suppression list
+    (`normalize_address`: stripped, case-folded), None for an empty one: the key the
+    sender looks its recipients up by (`store.reminders.get_many_for_send`)."""
+    return _normalized(email)
+
+
+def refusal_for(address: str, reason: SuppressionReason) -> Refusal:
+    """The Refusal of a send to `address` (case-folded), on the list for `reason`."""
+    return _refusal(address, reason)
 
 
 class PausedState(Protocol):
@@ -540,10 +537,11 @@ __all__ = [
     "apply_decision",
     "find_delivery",
     "list_suppressions",
+    "listed_form",
     "paused_refusal",
     "recheck_paused",
     "record_refusals",
-    "refusals",
+    "refusal_for",
     "rematch_unmatched",
     "remove_suppression",
     "resume_plan",

@@ -28,9 +28,10 @@ from reminder_core.store.delivery_log import DeliveryToBegin, TerminalDelivery
 from reminder_core.store.reminders import Hold, ReminderForSend, ReminderSendState
 from reminder_core.suppression import (
     Refusal,
+    listed_form,
     paused_refusal,
     record_refusals,
-    refusals,
+    refusal_for,
     suppress_replay,
 )
 from sender.providers.base import SendReceipt
@@ -58,6 +59,18 @@ class _Terminal:
         return cls(
             received, TerminalDelivery(occ.reminder_id, occ.user_id, run_time_utc, status, error)
         )
+
+
+def _refusal(reminder: ReminderForSend | None, recipients: dict[uuid.UUID, str]) -> Refusal | None:
+    """The suppression list's refusal of `reminder`'s recipient, None when not listed.
+    The list is of email addresses: a webhook delivery has none."""
+    if (
+        reminder is None
+        or reminder.recipient_suppressed is None
+        or reminder.webhook_url is not None
+    ):
+        return None
+    return refusal_for(recipients[reminder.id], reminder.recipient_suppressed)
 
 
 def _terminal_key(t: _Terminal) -> tuple[uuid.UUID, datetime]:
@@ -97,7 +110,7 @@ class Begin:
     Rules (docs/design.md, "Delivery guarantees"): a cancel, pause or reschedule wins and
     is recorded `cancelled` (nothing is recorded for a reminder its user paused while the
     message was on its way: it is claimed again on resume); a recipient on the suppression
-    list is recorded `suppressed` (one query for the batch; docs/design.md,
+    list is recorded `suppressed` (read with the reminders, in the same statement; docs/design.md,
     "Suppression list"); the misfire policy picks what to send of what is already due and
     records older occurrences `missed`; an occurrence due while its user's quiet hours
     are on (read in the profile's zone as it is now) is handed back until they end and
@@ -143,7 +156,8 @@ class Begin:
             (begun, decided): the occurrences leased to this sender, sorted by key, and
             the messages decided without a provider call.
 
-        Side effects: two reads, each a statement of its own, then one committed
+        Side effects: one read (the reminders, with their recipients' place on the
+        suppression list), a statement of its own, then one committed
         transaction when there is something to write (delivery rows inserted or taken
         over, terminal rows, reminders moved on or paused).
 
@@ -156,23 +170,30 @@ class Begin:
             return [], decided
         with self._engine.connect() as conn:
             batch = _Batch(conn, now, decided)
-            # The two reads are statements of their own (autocommit: no BEGIN and COMMIT
-            # round trips). They take no locks, and READ COMMITTED reads each statement
-            # in its own snapshot inside a transaction too, so nothing is decided on
-            # different data. The transaction begins with the first statement after them
+            # The read is a statement of its own (autocommit: no BEGIN and COMMIT round
+            # trips). It takes no locks, and reads the reminders and the suppression list
+            # in one snapshot. The transaction begins with the first statement after it
             # (autobegin) and is committed below; a batch of first sends without a lease
             # needs none.
             # Reminders by UUID.int: a C hash (UUID.__hash__ runs in Python); the same
             # reminder twice in `ids` is read once.
             ids = [r.occurrence.reminder_id for r, _ in live]
-            found = {r.id.int: r for r in reminders.get_many_for_send(conn, ids, autocommit=True)}
-            blocked = refusals(conn, {p.email for _, p in live if p is not None}, autocommit=True)
+            # Each reminder's recipient is looked up on the suppression list by the same
+            # statement (one user, so one profile and one address, per reminder).
+            recipients = {
+                r.occurrence.reminder_id: address
+                for r, p in live
+                if p is not None and (address := listed_form(p.email)) is not None
+            }
+            found = {
+                r.id.int: r
+                for r in reminders.get_many_for_send(
+                    conn, ids, recipients=recipients, autocommit=True
+                )
+            }
             for r, profile in live:
                 reminder = found.get(r.occurrence.reminder_id.int)
-                # The suppression list is of email addresses: a webhook delivery has none.
-                by_email = reminder is None or reminder.webhook_url is None
-                refusal = blocked.get(profile.email) if profile is not None and by_email else None
-                self._decide(batch, r, reminder, profile, refusal)
+                self._decide(batch, r, reminder, profile, _refusal(reminder, recipients))
             self._record_terminal(batch)
             self._record_paused(batch)
             reminders.hold_many(conn, batch.holds)

@@ -5,8 +5,9 @@ on the caller's `Connection` and never commits; reminders are locked in id order
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -17,6 +18,7 @@ from reminder_core.domain.localtime import Ambiguous, Nonexistent
 from reminder_core.domain.misfire import MisfirePolicy
 from reminder_core.domain.recurrence import CountProgress
 from reminder_core.domain.states import ReminderStatus
+from reminder_core.domain.suppression import SuppressionReason
 from reminder_core.record import record
 from reminder_core.store._statements import Rows, id_array, json_rows, query, records, run
 from reminder_core.store.outbox import OutboxRow
@@ -520,6 +522,8 @@ class ReminderForSend:
     version: int = 0  # bumped by every change of the reminder (not by a claim)
     # A delivery row exists for the occurrence `next_run_utc` points at (any status).
     delivery_recorded: bool = False
+    # The suppression list's reason for the recipient the caller named (None: not listed).
+    recipient_suppressed: SuppressionReason | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -567,15 +571,37 @@ class ReminderSendState:
 
 
 def get_many_for_send(
-    conn: Connection, ids: Iterable[uuid.UUID], *, autocommit: bool = False
+    conn: Connection,
+    ids: Iterable[uuid.UUID],
+    *,
+    recipients: Mapping[uuid.UUID, str] | None = None,
+    autocommit: bool = False,
 ) -> list[ReminderForSend]:
     """The reminders of `ids` that exist, in no particular order, unlocked
     (`reminder_get_many_for_send`); with `autocommit` (`conn` outside a transaction), as
-    a statement of its own."""
-    rows = run(
-        conn, query("reminder_get_many_for_send"), {"ids": id_array(ids)}, autocommit=autocommit
-    )
-    return records(ReminderForSend, rows, status=ReminderStatus)
+    a statement of its own.
+
+    Args:
+        recipients: {reminder id: case-folded address} to look up on the suppression
+            list in the same statement: each such reminder's `recipient_suppressed` is
+            its address's reason, None when not listed (and for reminders not named).
+    """
+    params = {"ids": id_array(ids), "recipients": _json_object(recipients or {})}
+    rows = run(conn, query("reminder_get_many_for_send"), params, autocommit=autocommit)
+    return records(ReminderForSend, rows, status=ReminderStatus, recipient_suppressed=_reason)
+
+
+def _reason(value: str | None) -> SuppressionReason | None:
+    return None if value is None else SuppressionReason(value)
+
+
+def _json_object(mapping: Mapping[uuid.UUID, str]) -> str:
+    """`mapping` as one JSON object keyed by the UUIDs' text, by orjson (UUID keys in C);
+    text orjson refuses (a lone surrogate) goes through `json.dumps`, as in `json_rows`."""
+    try:
+        return orjson.dumps(mapping, option=orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps({str(k): v for k, v in mapping.items()})
 
 
 @dataclass(frozen=True, slots=True)

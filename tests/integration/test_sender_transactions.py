@@ -1,7 +1,7 @@
 """The transactions of a sender's batch (docs/design.md, "Statements of a batch").
 
 A batch of first sends without a lease makes no explicit transaction: the receive, the
-begin's two reads, the completer's flush and the delete each commit as one statement
+begin's one read, the completer's flush and the delete each commit as one statement
 (no BEGIN, no COMMIT round trips). The begin opens a transaction only when it has
 something to write, and then its writes commit together. SQLAlchemy's `begin` event
 fires for every transaction a Connection begins (explicit or autobegin), so counting it
@@ -68,6 +68,44 @@ def test_a_batch_of_first_sends_begins_no_transaction(
         left = conn.execute(text("SELECT count(*) FROM queue_messages")).scalar_one()
     assert statuses == ["sent"] * 3
     assert left == 0
+
+
+@contextmanager
+def statements(engine: Engine) -> Iterator[list[str]]:
+    """The first line of each statement sent on `engine`'s connections meanwhile
+    (SQLAlchemy's `before_cursor_execute`: every statement, whatever its transaction)."""
+    sent: list[str] = []
+
+    def on_execute(*args: object) -> None:
+        sent.append(str(args[2]).split("\n", 1)[0])  # the statement's first line
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", on_execute)
+
+
+def test_a_batch_of_first_sends_reads_once_before_it_sends(
+    db: Engine, queue: PostgresQueue, settings: Settings
+) -> None:
+    """docs/design.md, "Statements of a batch": the receive, the begin's one read (the
+    reminders with their recipients' suppression), the completer's flushes, the delete.
+    Each statement is told by the first line of its comment in store/sql/."""
+    claimed(db, queue, 3)
+    provider = CountingProvider(settings.effective_mail_dir)
+    sender = make_sender(db, queue, settings, provider)
+    try:
+        with statements(db) as sent:
+            assert sender.run_once(NOW).counts == {"sent": 3}
+    finally:
+        sender.close()
+    receive, read, *flushes, delete = sent
+    assert "ReceiveMessage" in receive, sent  # queue_message_receive
+    assert "With the webhook endpoint" in read, sent  # reminder_get_many_for_send
+    assert flushes, sent
+    assert all("completer's flush" in f for f in flushes), sent
+    assert "receipt handles' row ids" in delete, sent  # queue_message_delete_many
 
 
 def test_the_begin_writes_in_one_transaction_when_it_has_something_to_write(

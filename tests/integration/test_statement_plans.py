@@ -13,6 +13,7 @@ the parameters they are given; the tables are filled and analysed first.
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timedelta
 
@@ -102,10 +103,29 @@ def test_the_begin_probes_the_delivery_row_of_each_reminder(db: Engine) -> None:
                 text("SELECT DISTINCT tableoid::regclass::text FROM delivery_log")
             )
         ]
+        # A suppression list as large as the batch's recipients, analysed: the recipient
+        # of each reminder is probed by the list's key, the list never read whole.
+        conn.execute(
+            text(
+                "INSERT INTO suppressions (email, reason, created_at)"
+                " SELECT 'user' || g || '@example.com', 'bounce', now()"
+                " FROM generate_series(1, :n) AS g"
+            ),
+            {"n": ROWS},
+        )
+        conn.execute(text("ANALYZE suppressions"))
         ids = [r for (r,) in conn.execute(text("SELECT id FROM reminders LIMIT :n"), {"n": BATCH})]
         assert all(isinstance(i, uuid.UUID) for i in ids)
-        shown = plan(conn, "reminder_get_many_for_send", {"ids": id_array(ids)})
+        recipients = json.dumps({str(i): f"user{n}@example.com" for n, i in enumerate(ids)})
+        shown = plan(
+            conn, "reminder_get_many_for_send", {"ids": id_array(ids), "recipients": recipients}
+        )
     assert "Index Scan using pk_reminders on reminders r" in shown, shown
+    assert (
+        "Index Scan using pk_suppressions on suppressions s" in shown
+        or "Index Only Scan using pk_suppressions on suppressions s" in shown
+    ), shown
+    assert "Seq Scan on suppressions" not in shown, shown
     # Per reminder, the unique key of each partition that holds rows is probed (run-time
     # pruning leaves the one partition of the occurrence; empty ones may be planned as
     # scans of nothing); no partition is read whole for the batch.

@@ -11,6 +11,7 @@ Refused destinations follow the IANA special-purpose address registries as Pytho
 from __future__ import annotations
 
 import base64
+import json
 import re
 import socket
 import time
@@ -328,3 +329,48 @@ def test_the_receiver_counts_a_request_cut_off_mid_body_apart_from_bad_signature
             time.sleep(0.01)
         assert receiver.received.aborted == 1
         assert receiver.received.requests == []
+
+
+def test_a_suppressed_email_address_does_not_stop_its_users_webhook_reminder(
+    api: TestClient, db: Engine, queue: PostgresQueue, local_settings: Settings,
+    now_clock: Clock, token_for: TokenFor,
+) -> None:  # fmt: skip
+    """The suppression list is of email addresses (docs/design.md, "Suppression list"):
+    in one batch, alice's email reminder is refused and her webhook reminder posted."""
+    headers = bearer(token_for("alice"))
+    address = json.loads(local_settings.effective_profiles_file.read_text())["alice"]["email"]
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO suppressions (email, reason, created_at) VALUES (:e, 'bounce', now())"
+            ),
+            {"e": address.strip().casefold()},
+        )
+    due = (now_clock.now + timedelta(seconds=2)).replace(microsecond=0)
+    with running_receiver("whsec_" + base64.b64encode(b"y" * 32).decode()) as placeholder:
+        endpoint = register(api, headers, placeholder.url)
+    with running_receiver(endpoint["secret"]) as receiver:
+        with db.begin() as conn:
+            conn.execute(text("UPDATE webhook_endpoints SET url = :u WHERE id = :i"),
+                         {"u": receiver.url, "i": endpoint["id"]})  # fmt: skip
+        hooked = webhook_reminder(api, headers, endpoint["id"], due)
+        resp = api.post(
+            URL, json={"title": "By email", "start_local": f"{due:%Y-%m-%dT%H:%M:%S}",
+                       "timezone": "UTC"}, headers=headers,
+        )  # fmt: skip
+        assert resp.status_code == 201, resp.text
+        channel = WebhookChannel(LOCAL)
+        try:
+            counts = deliver(db, queue, local_settings, due + timedelta(seconds=1), channel)
+        finally:
+            channel.close()
+        got = receiver.received
+    assert counts == {"sent": 1, "suppressed": 1}
+    assert list(got.accepted) == [f"{hooked}-{due:%Y%m%dT%H%M%SZ}"]
+    with db.connect() as conn:
+        refused = conn.execute(
+            text("SELECT status, error FROM delivery_log WHERE reminder_id = :r"),
+            {"r": resp.json()["id"]},
+        ).one()
+    assert refused.status == "suppressed"
+    assert f"{address.strip().casefold()} is on the suppression list" in refused.error

@@ -286,9 +286,10 @@ RETURNING r.id, r.next_run_utc;
 SELECT timezone FROM reminders WHERE id = :reminder_id;
 
 -- name: reminder_get_many_for_send
--- With the webhook endpoint of a reminder of the webhook channel (NULLs: email), and
+-- With the webhook endpoint of a reminder of the webhook channel (NULLs: email),
 -- whether its next occurrence has a delivery row already (one probe of the unique key;
--- the sender's first send without a lease needs none: sender/begin.py).
+-- the sender's first send without a lease needs none: sender/begin.py), and whether its
+-- recipient is on the suppression list.
 SELECT r.id, r.user_id, r.title, r.body, r.template, r.timezone, r.rrule, r.status,
        r.next_run_utc, r.start_local, r.all_day, r.exdates, r.dst_nonexistent,
        r.dst_ambiguous, r.misfire_policy, r.max_lateness_s, r.paused_reason,
@@ -301,7 +302,14 @@ SELECT r.id, r.user_id, r.title, r.body, r.template, r.timezone, r.rrule, r.stat
        -- scan").
        (SELECT true FROM delivery_log AS d
         WHERE d.reminder_id = r.id AND d.run_time_utc = r.next_run_utc
-        LIMIT 1) IS NOT NULL AS delivery_recorded
+        LIMIT 1) IS NOT NULL AS delivery_recorded,
+       -- The suppression list's reason for the recipient the sender will write to
+       -- (:recipients, {reminder id: case-folded address}, from the users' profiles),
+       -- NULL when not listed: the batch's suppression read in the same statement
+       -- (docs/design.md, "Statements of a batch"). A scalar subquery, one probe of the
+       -- list's key per reminder: as a join, the planner hashed the whole list.
+       (SELECT s.reason FROM suppressions AS s
+        WHERE s.email = CAST(:recipients AS jsonb) ->> CAST(r.id AS text)) AS recipient_suppressed
 FROM reminders AS r
 LEFT JOIN webhook_endpoints AS w ON w.id = r.webhook_endpoint_id
 WHERE r.id = ANY(CAST(:ids AS uuid[]));
