@@ -3,8 +3,9 @@
 Runs the workloads as they are deployed, as separate processes: one coordinator (claim +
 queue message) and `--senders` senders with the shipped settings, and measures
 occurrences per second from the start until every occurrence is `sent`, once per sender
-batch size in `--batch` (the default SENDER_BATCH_SIZE, then 500: the fixed cost of a
-batch weighs on small ones):
+batch size in `--batch` (the default SENDER_BATCH_SIZE) and receive sizing in `--sizing`
+(as shipped: sized to SENDER_BATCH_TARGET_S of work up to SENDER_BATCH_MAX; and fixed at
+the batch size, as before: the fixed cost of a batch weighs on small ones):
 
 (a) with an in-process provider that accepts everything, and
 (b) over HTTP to the fake Resend-compatible provider (tests/support/fake_provider.py,
@@ -18,7 +19,7 @@ rate alone is bench/claim_throughput.py. Issue 4's targets on 2 cores: >= 5,000/
 in-process and >= 1,500/s over HTTP.
 
     PYTHONPATH=. python bench/end_to_end.py [--reminders 100000] [--http-reminders 30000]
-        [--senders 3] [--batch 100,500] [--concurrency 8] [--repeat 1]
+        [--senders 3] [--batch 100] [--sizing adaptive,fixed] [--concurrency 8] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -503,18 +504,19 @@ def main() -> None:
     parser.add_argument(
         "--batch",
         type=lambda v: [int(b) for b in v.split(",")],
-        default=[DEFAULTS.sender_batch_size, 500],
-        help="messages per receive (SENDER_BATCH_SIZE), one run per value, comma-separated"
-        f" (default: the default {DEFAULTS.sender_batch_size}, then 500)",
+        default=[DEFAULTS.sender_batch_size],
+        help="messages per receive (SENDER_BATCH_SIZE), one run per value and --sizing,"
+        f" comma-separated (default: the default {DEFAULTS.sender_batch_size})",
     )
     parser.add_argument(
         "--sizing",
         type=lambda v: v.split(","),
-        default=["adaptive"],
+        default=["adaptive", "fixed"],
         help="how receives are sized, one run per value, comma-separated: adaptive (as"
         f" shipped: SENDER_BATCH_TARGET_S={DEFAULTS.sender_batch_target_s:g} s of work,"
         f" from --batch up to SENDER_BATCH_MAX={DEFAULTS.sender_batch_max}) and fixed"
-        " (always --batch, as before SENDER_BATCH_MAX); default: adaptive",
+        " (always --batch, as before SENDER_BATCH_MAX); default: both. A list such as"
+        " adaptive,fixed,fixed,adaptive alternates them (ABBA)",
     )
     parser.add_argument(
         "--concurrency",

@@ -64,7 +64,8 @@ def test_end_to_end_runs_the_pg_limit_reference_before_each_in_process_run(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-m", "bench.end_to_end", "--reminders", "2000", "--providers",
-         "in-process", "--batch", "100", "--pg-limit", str(script), "--pg-limit-n", "777"],
+         "in-process", "--batch", "100", "--sizing", "adaptive", "--pg-limit", str(script),
+         "--pg-limit-n", "777"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     output = done.stdout + done.stderr
