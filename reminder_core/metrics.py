@@ -68,7 +68,7 @@ SENDER_RECEIVE_SIZE = Gauge(
 SENDS = Counter(
     "reminders_sends_total",
     "Occurrences handled by the sender, by provider and outcome (sent, failed, retry,"
-    " duplicate, cancelled, missed, busy, dropped, released).",
+    " duplicate, cancelled, missed, busy, dropped, released, suppressed, held).",
     ["provider", "outcome"],
 )
 POSSIBLE_DUPLICATES = Counter(

@@ -34,9 +34,13 @@ class Settings(BaseSettings):
     """Typed settings; build one in `main()` and pass it down (never at import time)."""
 
     # env_ignore_empty: a variable set to "" means unset (its default), for every setting.
+    # allow_inf_nan=False: `nan` or `inf` for a number of seconds is refused as not a finite
+    # number (it was refused by the bound it failed, "less than or equal to 60": trial
+    # helper-59).
     model_config = SettingsConfigDict(
-        env_prefix="", extra="ignore", case_sensitive=False, env_ignore_empty=True
-    )
+        env_prefix="", extra="ignore", case_sensitive=False, env_ignore_empty=True,
+        allow_inf_nan=False,
+    )  # fmt: skip
 
     # --- storage ---
     database_url: str | None = Field(

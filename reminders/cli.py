@@ -309,7 +309,7 @@ def suppressions_remove(
     no reminder waited on it."""
     from reminder_core.clock import utcnow
     from reminder_core.scheduling import ScheduleConfig
-    from reminder_core.suppression import remove_suppression
+    from reminder_core.suppression import listed_form, remove_suppression
 
     if not email.strip():
         typer.echo("error: EMAIL must not be empty", err=True)
@@ -326,7 +326,8 @@ def suppressions_remove(
     finally:
         rt.close()
     typer.echo(
-        f"{'removed' if result.removed else 'not on the suppression list'}: {email.strip()};"
+        f"{'removed' if result.removed else 'not on the suppression list'}:"
+        f" {listed_form(email) or email.strip()};"
         f" reminders resumed: {result.resumed}"
     )
     if result.left_paused:

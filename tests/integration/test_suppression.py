@@ -427,6 +427,8 @@ def test_cli_lists_and_removes_an_entry(db, settings: Settings, database_url: st
     removed = runner.invoke(app, ["suppressions", "remove", "Alice@Example.COM"], env=env)
     assert removed.exit_code == 0, removed.output
     assert "reminders resumed: 1" in removed.output
+    # The entry named as the list holds it (case-folded), not as typed (trial helper-59).
+    assert "removed: alice@example.com;" in removed.output
     assert suppressions(db) == []
     r = reminder(db, rid)
     assert (r.status, r.next_run_utc, r.suppressed_address) == ("pending", NOW + DAY, None)

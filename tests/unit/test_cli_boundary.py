@@ -43,6 +43,22 @@ def test_settings_errors_name_each_variable(monkeypatch: pytest.MonkeyPatch) -> 
     )
 
 
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e400"])
+@pytest.mark.parametrize("name", ["SENDER_BATCH_TARGET_S", "VISIBILITY_TIMEOUT_S"])
+def test_a_number_of_seconds_that_is_not_finite_is_refused_as_such(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """Trial helper-59: `nan` was refused as "less than or equal to 60", which it is
+    not about; every float setting refuses a non-finite value as one."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    assert expected_failure(caught.value) == (
+        EXIT_CONFIGURATION,
+        [f"error: {name}: Input should be a finite number"],
+    )
+
+
 def test_a_secret_is_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SMTP_PORT", "hunter2-secret")
     with pytest.raises(ValidationError) as caught:
