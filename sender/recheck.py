@@ -99,8 +99,10 @@ class Recheck:
         read_at = time.monotonic()  # the read reflects the database from this instant on
         try:
             with self._engine.connect() as conn:
+                # A statement of its own (no BEGIN and ROLLBACK round trips; docs/design.md,
+                # "Statements of a batch"): a read that takes no locks.
                 found = reminders.get_many_send_state(
-                    conn, [b.occurrence.reminder_id for b in chunk]
+                    conn, [b.occurrence.reminder_id for b in chunk], autocommit=True
                 )
         except DBAPIError as exc:
             log.warning(

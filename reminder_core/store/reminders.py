@@ -670,10 +670,15 @@ def advance_many(conn: Connection, advances: Sequence[ReminderAdvance], *, now: 
     )
 
 
-def get_many_send_state(conn: Connection, ids: Iterable[uuid.UUID]) -> list[ReminderSendState]:
+def get_many_send_state(
+    conn: Connection, ids: Iterable[uuid.UUID], *, autocommit: bool = False
+) -> list[ReminderSendState]:
     """The state of the reminders of `ids` that exist, in no particular order, unlocked
-    (`reminder_get_many_send_state`)."""
-    rows = run(conn, query("reminder_get_many_send_state"), {"ids": id_array(ids)})
+    (`reminder_get_many_send_state`); with `autocommit` (`conn` outside a transaction), as
+    a statement of its own."""
+    rows = run(
+        conn, query("reminder_get_many_send_state"), {"ids": id_array(ids)}, autocommit=autocommit
+    )
     return records(ReminderSendState, rows, status=ReminderStatus)
 
 
